@@ -1,0 +1,90 @@
+//! `dlas reproduce`: regenerate the mocked results, figures and tables, or
+//! check that the committed ones are what the code produces.
+
+use crate::cmd::run::mocked_results;
+use crate::project::Project;
+use anyhow::{Result, bail};
+use dlas_core::{Filter, results};
+use dlas_report::{Artifact, Inputs, Selection};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value = "dlas")]
+    study: String,
+    /// Every figure and table (the default).
+    #[arg(long, conflicts_with_all = ["figure", "table"])]
+    all: bool,
+    #[arg(long)]
+    figure: Option<usize>,
+    #[arg(long)]
+    table: Option<usize>,
+    /// Compare with the committed files instead of writing; exit 1 on any difference.
+    #[arg(long)]
+    check: bool,
+    /// Further results files to report beside the mocked devices'.
+    #[arg(long, num_args = 1..)]
+    results: Vec<PathBuf>,
+}
+
+pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let specs = project.specs()?;
+    let study = project.study(&args.study, &specs)?;
+    let selection = match (args.figure, args.table) {
+        (Some(n), None) => Selection::Figure(n),
+        (None, Some(n)) => Selection::Table(n),
+        (None, None) => Selection::All,
+        (Some(_), Some(_)) => bail!("choose one of --figure and --table"),
+    };
+    let mock_rows = mocked_results(&study, &specs, &Filter::default(), None)?;
+    let mock_path = project.results_dir(&study).join("mock.csv");
+    let mut artifacts = vec![Artifact {
+        path: mock_path.strip_prefix(&project.root)?.to_path_buf(),
+        bytes: results::to_csv(&mock_rows)?,
+    }];
+    let mut rows = mock_rows;
+    let mut files = vec![artifacts[0].path.display().to_string()];
+    for path in &args.results {
+        rows.extend(results::read_results(path)?);
+        files.push(path.display().to_string());
+    }
+    let inputs = Inputs {
+        study: &study,
+        results: &rows,
+        specs: &specs,
+        result_files: files,
+    };
+    artifacts.extend(dlas_report::build(&inputs, selection)?);
+    let mut differing = Vec::new();
+    for artifact in &artifacts {
+        let path = project.root.join(&artifact.path);
+        if args.check {
+            if std::fs::read(&path).ok().as_ref() != Some(&artifact.bytes) {
+                differing.push(artifact.path.display().to_string());
+            }
+        } else if dlas_core::atomic::write_if_changed(&path, &artifact.bytes)? {
+            println!("wrote {}", artifact.path.display());
+        }
+    }
+    if !differing.is_empty() {
+        for path in &differing {
+            eprintln!("differs from the regenerated output: {path}");
+        }
+        eprintln!(
+            "{} of {} files differ; regenerate them with `cargo xtask reproduce --all` and review the diff",
+            differing.len(),
+            artifacts.len()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    println!(
+        "{} {} files from {} results in {:.2} s",
+        if args.check { "checked" } else { "regenerated" },
+        artifacts.len(),
+        rows.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}

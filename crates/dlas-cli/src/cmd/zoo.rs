@@ -1,0 +1,112 @@
+//! `dlas zoo`: list the networks, export them as ONNX.
+
+use anyhow::{Context, Result};
+use dlas_core::Dataset;
+use dlas_zoo::{catalogue, onnx, weights};
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The seed of the pinned models in data/models.lock (the study's seed).
+pub const DEFAULT_SEED: u64 = 2023;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// One line per network: model, dataset, params, MACs, layers.
+    List {
+        #[arg(long, value_enum, default_value_t = ListFormat::Csv)]
+        format: ListFormat,
+    },
+    /// Write one network as an ONNX file with seeded weights.
+    Export {
+        model: String,
+        #[arg(long)]
+        dataset: Dataset,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = DEFAULT_SEED)]
+        seed: u64,
+    },
+    /// Write every network into a folder and print `sha256  file` lines (the lock format).
+    ExportAll {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = DEFAULT_SEED)]
+        seed: u64,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ListFormat {
+    Csv,
+    Table,
+}
+
+pub fn run(command: &Command) -> Result<ExitCode> {
+    match command {
+        Command::List { format } => list(*format)?,
+        Command::Export {
+            model,
+            dataset,
+            out,
+            seed,
+        } => {
+            let net = dlas_zoo::find(*dataset, model)?;
+            let digest = export(net, out, *seed)?;
+            println!("{digest}  {}", out.display());
+        }
+        Command::ExportAll { out, seed } => {
+            for net in catalogue() {
+                let file = format!("{}-{}.onnx", net.dataset, net.name);
+                let digest = export(net, &out.join(&file), *seed)?;
+                println!("{digest}  {file}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(format: ListFormat) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let header = ["model", "dataset", "params", "macs", "layers"];
+    let rows: Vec<[String; 5]> = catalogue()
+        .iter()
+        .map(|n| {
+            let g = (n.build)();
+            [
+                n.name.to_string(),
+                n.dataset.to_string(),
+                g.params().to_string(),
+                g.macs().to_string(),
+                g.weighted_layers().count().to_string(),
+            ]
+        })
+        .collect();
+    match format {
+        ListFormat::Csv => {
+            let mut w = csv::Writer::from_writer(out);
+            w.write_record(header)?;
+            for r in &rows {
+                w.write_record(r)?;
+            }
+            w.flush()?;
+        }
+        ListFormat::Table => {
+            writeln!(out, "{:<16} {:<9} {:>11} {:>13} {:>7}", header[0], header[1], header[2], header[3], header[4])?;
+            for r in &rows {
+                writeln!(out, "{:<16} {:<9} {:>11} {:>13} {:>7}", r[0], r[1], r[2], r[3], r[4])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes one network atomically and returns the file's sha256.
+fn export(net: &dlas_zoo::Network, out: &std::path::Path, seed: u64) -> Result<String> {
+    let graph = (net.build)();
+    let bytes = onnx::export(&graph, &weights::generate(&graph, seed));
+    dlas_core::atomic::write_atomic(out, &bytes)
+        .with_context(|| format!("cannot export {} {}", net.dataset, net.name))?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}

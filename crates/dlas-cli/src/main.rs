@@ -1,0 +1,48 @@
+//! `dlas`: plan, run and report the deep-learning acceleration stack study.
+
+mod cmd;
+mod project;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "dlas", version, about = "Across-stack inference benchmarking: plan, run, report")]
+struct Cli {
+    /// Project root (the folder holding data/); found from the current folder by default.
+    #[arg(long, global = true)]
+    root: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Expand a study into its combinations.
+    Plan(cmd::plan::Args),
+    /// The model zoo: list networks, export ONNX files.
+    #[command(subcommand)]
+    Zoo(cmd::zoo::Command),
+    /// Measure a study's combinations on devices and write results.
+    Run(cmd::run::Args),
+    /// Regenerate figures and tables (and the mocked results behind them).
+    Reproduce(cmd::reproduce::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = project::Project::locate(cli.root.as_deref()).and_then(|project| match cli.command {
+        Command::Plan(args) => cmd::plan::run(&project, &args),
+        Command::Zoo(command) => cmd::zoo::run(&command),
+        Command::Run(args) => cmd::run::run(&project, &args),
+        Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
+    });
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

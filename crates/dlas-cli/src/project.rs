@@ -1,0 +1,73 @@
+//! Where the project's data lives, and loading a study checked against it.
+
+use anyhow::{Result, bail};
+use dlas_core::Study;
+use dlas_devices::DeviceSpec;
+use std::path::{Path, PathBuf};
+
+/// Compilers this build can plan for.
+pub const COMPILERS: &[&str] = &["native"];
+/// The real device of this machine.
+pub const HOST: &str = "host";
+
+pub struct Project {
+    pub root: PathBuf,
+}
+
+impl Project {
+    /// Uses `root`, or the nearest folder upwards from here that holds `data/studies`.
+    pub fn locate(root: Option<&Path>) -> Result<Project> {
+        if let Some(root) = root {
+            if !root.join("data/studies").is_dir() {
+                bail!("{} has no data/studies folder; pass the project root with --root", root.display());
+            }
+            return Ok(Project { root: root.to_path_buf() });
+        }
+        let here = std::env::current_dir()?;
+        for dir in here.ancestors() {
+            if dir.join("data/studies").is_dir() {
+                return Ok(Project { root: dir.to_path_buf() });
+            }
+        }
+        bail!(
+            "no data/studies folder in {} or above; run dlas inside the project or pass --root",
+            here.display()
+        )
+    }
+
+    pub fn studies_dir(&self) -> PathBuf {
+        self.root.join("data/studies")
+    }
+
+    pub fn specs(&self) -> Result<Vec<DeviceSpec>> {
+        dlas_devices::load_specs(&self.root.join("data/devices"))
+    }
+
+    /// Loads a study and checks its open axes against the zoo, the device
+    /// specifications and the compilers of this build.
+    pub fn study(&self, name: &str, specs: &[DeviceSpec]) -> Result<Study> {
+        let study = Study::load(name, &self.studies_dir())?;
+        for (dataset, model) in study.models() {
+            dlas_zoo::find(dataset, &model).map_err(|e| {
+                let entry = study
+                    .datasets
+                    .iter()
+                    .flat_map(|d| &d.models)
+                    .find(|m| m.get_ref() == &model);
+                let at = entry.map_or(study.path.display().to_string(), |m| study.locate(m.span().start));
+                anyhow::anyhow!("{at}: {e}")
+            })?;
+        }
+        let mut devices: Vec<String> = specs.iter().map(|s| s.id.clone()).collect();
+        devices.push(HOST.into());
+        study.check_open_axis("device", &devices)?;
+        let compilers: Vec<String> = COMPILERS.iter().map(|c| c.to_string()).collect();
+        study.check_open_axis("compiler", &compilers)?;
+        Ok(study)
+    }
+
+    /// The results folder of a study.
+    pub fn results_dir(&self, study: &Study) -> PathBuf {
+        self.root.join("data/results").join(&study.name)
+    }
+}

@@ -1,0 +1,100 @@
+//! `--filter axis=value,…`: the one selection syntax of every command that takes a plan.
+//!
+//! Terms on different axes must all hold; several values for one axis
+//! (`model=resnet18,model=vgg16` or `model=resnet18|vgg16`) are alternatives.
+
+use crate::plan::Combination;
+use crate::study::{AXES, Study};
+use anyhow::{Result, bail};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    terms: BTreeMap<String, Vec<String>>,
+}
+
+impl Filter {
+    /// Parses `axis=value[|value…][,axis=value…]`; empty text selects everything.
+    pub fn parse(text: &str) -> Result<Filter> {
+        let mut terms: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let Some((axis, values)) = term.split_once('=') else {
+                bail!("filter term `{term}` is not of the form axis=value");
+            };
+            let axis = axis.trim();
+            if !AXES.contains(&axis) {
+                bail!(
+                    "filter names unknown axis `{axis}`; valid axes: {}",
+                    AXES.join(", ")
+                );
+            }
+            let entry = terms.entry(axis.to_string()).or_default();
+            for value in values.split('|').map(str::trim) {
+                if value.is_empty() {
+                    bail!("filter term `{term}` has an empty value");
+                }
+                entry.push(value.to_string());
+            }
+        }
+        Ok(Filter { terms })
+    }
+
+    /// Checks every value against the study, so a typo is an error, not an empty plan.
+    pub fn check(&self, study: &Study) -> Result<()> {
+        for (axis, values) in &self.terms {
+            for value in values {
+                study
+                    .check_value(axis, value)
+                    .map_err(|e| anyhow::anyhow!("in --filter: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn matches(&self, combination: &Combination) -> bool {
+        self.terms.iter().all(|(axis, values)| {
+            combination
+                .get(axis)
+                .is_some_and(|v| values.iter().any(|w| *w == v))
+        })
+    }
+
+    /// The value the filter pins an axis to, if it names exactly one.
+    pub fn single(&self, axis: &str) -> Option<&str> {
+        match self.terms.get(axis).map(Vec::as_slice) {
+            Some([one]) => Some(one),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alternatives_and_conjunctions() {
+        let f = Filter::parse("model=resnet18|vgg16, device=i7,model=mobilenetv1").unwrap();
+        assert_eq!(f.terms["model"], vec!["resnet18", "vgg16", "mobilenetv1"]);
+        assert_eq!(f.single("device"), Some("i7"));
+        assert_eq!(f.single("model"), None);
+    }
+
+    #[test]
+    fn malformed_terms_are_explained() {
+        assert!(
+            Filter::parse("model")
+                .unwrap_err()
+                .to_string()
+                .contains("axis=value")
+        );
+        assert!(
+            Filter::parse("colour=red")
+                .unwrap_err()
+                .to_string()
+                .contains("valid axes: dataset, model")
+        );
+        assert!(Filter::parse("model=").is_err());
+        assert_eq!(Filter::parse("").unwrap(), Filter::default());
+    }
+}

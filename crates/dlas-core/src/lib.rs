@@ -1,0 +1,20 @@
+//! The study's vocabulary and bookkeeping: the axes a combination is made of,
+//! the study file, plan expansion, results rows and their statistics.
+//!
+//! This crate sits at the top of the data flow. It knows nothing about
+//! networks, devices or drawing; every other crate speaks its types.
+
+pub mod atomic;
+pub mod axes;
+pub mod filter;
+pub mod plan;
+pub mod results;
+pub mod stats;
+pub mod study;
+
+pub use axes::{Algorithm, Compression, Dataset, Format, Layout};
+pub use filter::Filter;
+pub use plan::{Combination, Plan};
+pub use results::{ResultRow, Status};
+pub use stats::Summary;
+pub use study::Study;

@@ -1,0 +1,231 @@
+//! Plan expansion: the cartesian product of a study's axes minus its rules.
+
+use crate::axes::{Algorithm, Compression, Dataset, Format, Layout};
+use crate::filter::Filter;
+use crate::study::Study;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// One planned measurement: a value on every axis of the stack.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Combination {
+    pub dataset: Dataset,
+    pub model: String,
+    pub compression: Compression,
+    /// Fraction pruned (0 for techniques that do not prune).
+    pub level: f64,
+    pub algorithm: Algorithm,
+    pub format: Format,
+    pub layout: Layout,
+    pub compiler: String,
+    pub tuned: bool,
+    pub device: String,
+    pub batch: usize,
+}
+
+impl Combination {
+    /// The value on `axis`, as written in study files and filters.
+    pub fn get(&self, axis: &str) -> Option<String> {
+        Some(match axis {
+            "dataset" => self.dataset.to_string(),
+            "model" => self.model.clone(),
+            "compression" => self.compression.to_string(),
+            "level" => format_level(self.level),
+            "algorithm" => self.algorithm.to_string(),
+            "format" => self.format.to_string(),
+            "layout" => self.layout.to_string(),
+            "compiler" => self.compiler.clone(),
+            "tuned" => self.tuned.to_string(),
+            "device" => self.device.clone(),
+            "batch" => self.batch.to_string(),
+            _ => return None,
+        })
+    }
+
+    /// The canonical text form; the id is its hash, so it must never change
+    /// for an existing combination.
+    pub fn canonical(&self) -> String {
+        crate::study::AXES
+            .iter()
+            .map(|axis| format!("{axis}={}", self.get(axis).unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// A stable id: the first 16 hex digits of the canonical form's sha256.
+    pub fn id(&self) -> String {
+        let digest = Sha256::digest(self.canonical().as_bytes());
+        hex::encode(&digest[..8])
+    }
+}
+
+/// Levels are printed with at most four decimals and no trailing zeros, so
+/// 0.8 is `0.8` in every id, whatever arithmetic produced it.
+pub fn format_level(level: f64) -> String {
+    let text = format!("{level:.4}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text.is_empty() { "0".into() } else { text.into() }
+}
+
+/// The expanded plan and the bookkeeping of what the rules removed.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub combinations: Vec<Combination>,
+    /// Rule name → combinations it excluded (first matching rule counts).
+    pub excluded: Vec<(String, String, usize)>,
+    /// Combinations before any rule.
+    pub total_before_rules: usize,
+}
+
+impl Plan {
+    /// Expands a study in its canonical order: dataset, model, compression,
+    /// compiler, tuned, algorithm, format, layout, device, batch.
+    pub fn expand(study: &Study) -> Plan {
+        let mut excluded: Vec<(String, String, usize)> = study
+            .rules
+            .iter()
+            .map(|r| (r.name.clone(), r.reason.clone(), 0))
+            .collect();
+        let mut combinations = Vec::new();
+        let mut total = 0;
+        for (dataset, model) in study.models() {
+            for compression in &study.compressions {
+                for compiler in &study.compilers {
+                    let kernels: Vec<(Algorithm, Format, Layout)> = if compiler.algorithms {
+                        let mut v = Vec::new();
+                        for &a in &study.algorithms {
+                            for &f in &study.formats {
+                                for &l in &study.layouts {
+                                    v.push((a, f, l));
+                                }
+                            }
+                        }
+                        v
+                    } else {
+                        vec![(Algorithm::Auto, Format::Dense, Layout::Nchw)]
+                    };
+                    for &tuned in &compiler.tuned {
+                        for &(algorithm, format, layout) in &kernels {
+                            for device in &study.devices {
+                                for &batch in &study.protocol.batch {
+                                    let combination = Combination {
+                                        dataset,
+                                        model: model.clone(),
+                                        compression: compression.id,
+                                        level: study.level(compression, &model),
+                                        algorithm,
+                                        format,
+                                        layout,
+                                        compiler: compiler.id.get_ref().clone(),
+                                        tuned,
+                                        device: device.get_ref().clone(),
+                                        batch,
+                                    };
+                                    total += 1;
+                                    match study.rules.iter().position(|r| {
+                                        r.exclude.get_ref().iter().all(|(axis, values)| {
+                                            combination
+                                                .get(axis)
+                                                .is_some_and(|v| values.contains(&v))
+                                        })
+                                    }) {
+                                        Some(i) => excluded[i].2 += 1,
+                                        None => combinations.push(combination),
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Plan {
+            combinations,
+            excluded,
+            total_before_rules: total,
+        }
+    }
+
+    /// Keeps the combinations a filter selects.
+    pub fn filtered(mut self, filter: &Filter) -> Plan {
+        self.combinations.retain(|c| filter.matches(c));
+        self
+    }
+
+    /// Distinct values per axis and how many combinations have each.
+    pub fn counts(&self) -> BTreeMap<&'static str, BTreeMap<String, usize>> {
+        let mut counts: BTreeMap<&'static str, BTreeMap<String, usize>> = BTreeMap::new();
+        for c in &self.combinations {
+            for axis in crate::study::AXES {
+                *counts
+                    .entry(axis)
+                    .or_default()
+                    .entry(c.get(axis).unwrap_or_default())
+                    .or_default() += 1;
+            }
+        }
+        counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn dlas_study() -> Study {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/studies/dlas.toml");
+        Study::load(path.to_str().unwrap(), Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn ids_are_stable_and_unique() {
+        let plan = Plan::expand(&dlas_study());
+        let mut ids: Vec<String> = plan.combinations.iter().map(|c| c.id()).collect();
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "combination ids collide");
+        let first = &plan.combinations[0];
+        assert_eq!(
+            first.canonical(),
+            "dataset=cifar10;model=resnet18;compression=dense;level=0;algorithm=direct;\
+             format=dense;layout=nchw;compiler=native;tuned=false;device=i7;batch=1"
+        );
+        assert_eq!(first.id(), hex::encode(&Sha256::digest(first.canonical())[..8]));
+    }
+
+    #[test]
+    fn dlas_matrix_is_close_to_a_thousand() {
+        let plan = Plan::expand(&dlas_study());
+        insta::assert_yaml_snapshot!(
+            "dlas_plan_totals",
+            (
+                plan.total_before_rules,
+                plan.combinations.len(),
+                plan.excluded
+                    .iter()
+                    .map(|(n, _, c)| (n.clone(), *c))
+                    .collect::<Vec<_>>()
+            )
+        );
+    }
+
+    #[test]
+    fn rules_remove_what_they_say() {
+        let plan = Plan::expand(&dlas_study());
+        assert!(plan.combinations.iter().all(|c| {
+            !(c.tuned && c.format.is_sparse() && c.device.ends_with("-gpu"))
+                && (c.format.is_sparse() == c.compression.is_pruning())
+        }));
+    }
+
+    #[test]
+    fn levels_print_canonically() {
+        assert_eq!(format_level(0.8), "0.8");
+        assert_eq!(format_level(0.1 + 0.7), "0.8");
+        assert_eq!(format_level(0.0), "0");
+        assert_eq!(format_level(0.95), "0.95");
+    }
+}

@@ -1,0 +1,72 @@
+//! Running a plan's mocked combinations: every number is computed, so the
+//! whole mocked matrix takes well under a second.
+
+use crate::mock::MockDevice;
+use crate::spec::DeviceSpec;
+use crate::workload::Workload;
+use crate::Device;
+use anyhow::Result;
+use dlas_core::{Combination, Dataset, ResultRow, Status, Summary};
+use dlas_zoo::Graph;
+use std::collections::HashMap;
+
+/// Warm-up, timed runs and seed of a mocked run.
+#[derive(Debug, Clone, Copy)]
+pub struct MockProtocol {
+    pub warmup: usize,
+    pub runs: usize,
+    pub seed: u64,
+}
+
+/// Whether a combination's device is one of the mocked ones.
+pub fn is_mocked(combination: &Combination, specs: &[DeviceSpec]) -> bool {
+    specs.iter().any(|s| s.id == combination.device)
+}
+
+/// Results rows for every mocked combination, in plan order.
+pub fn run_mocked(
+    combinations: &[Combination],
+    specs: &[DeviceSpec],
+    protocol: MockProtocol,
+) -> Result<Vec<ResultRow>> {
+    let devices: HashMap<&str, MockDevice> = specs
+        .iter()
+        .map(|s| (s.id.as_str(), MockDevice::new(s.clone())))
+        .collect();
+    let mut graphs: HashMap<(Dataset, String), Graph> = HashMap::new();
+    let mut rows = Vec::new();
+    for c in combinations {
+        let Some(device) = devices.get(c.device.as_str()) else {
+            continue;
+        };
+        let key = (c.dataset, c.model.clone());
+        if !graphs.contains_key(&key) {
+            let graph = (dlas_zoo::find(c.dataset, &c.model)?.build)();
+            graphs.insert(key.clone(), graph);
+        }
+        let workload = Workload::new(&graphs[&key], c);
+        let row = match device.measure(c, &workload, protocol.runs, protocol.seed) {
+            Ok(samples) => match Summary::from_samples(&samples) {
+                Some(summary) => ResultRow::measured(c, protocol.warmup, &summary, &device.source()),
+                None => ResultRow::without_timing(
+                    c,
+                    protocol.warmup,
+                    Status::Failed,
+                    "the model produced no finite samples",
+                    &device.source(),
+                ),
+            },
+            Err(unsupported) => ResultRow::without_timing(
+                c,
+                protocol.warmup,
+                Status::Skipped,
+                &unsupported.0,
+                &device.source(),
+            ),
+        };
+        // Rounded so that the file does not depend on the last bits of
+        // floating-point arithmetic on the machine that computed it.
+        rows.push(row.rounded(6));
+    }
+    Ok(rows)
+}

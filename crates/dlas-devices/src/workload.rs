@@ -1,0 +1,174 @@
+//! The work a network does, as the kernels a compiler would launch.
+//!
+//! Batch norm and element-wise operators that directly follow a convolution
+//! or linear layer are fused into it (as TVM and the native engine do);
+//! pooling, concatenation, broadcast products and pre-activation operators
+//! are kernels of their own.
+//!
+//! Compression enters as the fraction of weights each layer keeps. Until the
+//! compression stage measures it per layer, pruning at level p keeps 1 - p of
+//! every layer's weights (uniform), which is what a global threshold gives on
+//! average; `docs/devices.md` states this assumption.
+
+use dlas_core::{Combination, Compression};
+use dlas_zoo::{Conv, Graph, Op};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum KernelKind {
+    Conv(Conv),
+    Linear,
+    /// Memory-bound operators: pooling, concatenation, element-wise.
+    Memory,
+}
+
+/// One launched kernel, for one sample; [`Workload::batch`] scales it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub kind: KernelKind,
+    /// Output spatial size (1 x 1 for linear layers).
+    pub out_hw: [usize; 2],
+    /// Multiply-accumulates of the dense layer.
+    pub macs: f64,
+    /// Fraction of the weights that are non-zero.
+    pub density: f64,
+    pub input_elems: f64,
+    pub output_elems: f64,
+    pub weight_elems: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub kernels: Vec<Kernel>,
+    pub batch: usize,
+    pub compression: Compression,
+}
+
+impl Workload {
+    pub fn new(graph: &Graph, combination: &Combination) -> Workload {
+        let density = if combination.compression.is_pruning() {
+            1.0 - combination.level
+        } else {
+            1.0
+        };
+        let consumers = consumer_counts(graph);
+        let mut fused_into = vec![None::<usize>; graph.nodes.len()];
+        let mut kernels: Vec<Kernel> = Vec::new();
+        for (id, node) in graph.nodes.iter().enumerate() {
+            let elems = |shape: [usize; 3]| shape.iter().product::<usize>() as f64;
+            let input_elems: f64 = node.inputs.iter().map(|&i| elems(graph.nodes[i].shape)).sum();
+            match &node.op {
+                Op::Input | Op::Flatten => {}
+                Op::Conv(c) => {
+                    kernels.push(Kernel {
+                        name: node.name.clone(),
+                        kind: KernelKind::Conv(*c),
+                        out_hw: [node.shape[1], node.shape[2]],
+                        macs: node.macs() as f64,
+                        density,
+                        input_elems,
+                        output_elems: elems(node.shape),
+                        weight_elems: c.weight_count() as f64,
+                    });
+                    fused_into[id] = Some(kernels.len() - 1);
+                }
+                Op::Linear { .. } => {
+                    kernels.push(Kernel {
+                        name: node.name.clone(),
+                        kind: KernelKind::Linear,
+                        out_hw: [1, 1],
+                        macs: node.macs() as f64,
+                        density,
+                        input_elems,
+                        output_elems: elems(node.shape),
+                        weight_elems: node.macs() as f64,
+                    });
+                    fused_into[id] = Some(kernels.len() - 1);
+                }
+                Op::BatchNorm | Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid | Op::Add => {
+                    let producer = node.inputs[0];
+                    match fused_into[producer] {
+                        Some(k) if consumers[producer] == 1 => fused_into[id] = Some(k),
+                        _ => kernels.push(memory_kernel(&node.name, input_elems, elems(node.shape))),
+                    }
+                }
+                Op::Mul
+                | Op::MaxPool(_)
+                | Op::AvgPool(_)
+                | Op::GlobalAvgPool
+                | Op::Concat => {
+                    kernels.push(memory_kernel(&node.name, input_elems, elems(node.shape)));
+                }
+            }
+        }
+        Workload {
+            kernels,
+            batch: combination.batch,
+            compression: combination.compression,
+        }
+    }
+}
+
+fn memory_kernel(name: &str, input_elems: f64, output_elems: f64) -> Kernel {
+    Kernel {
+        name: name.to_string(),
+        kind: KernelKind::Memory,
+        out_hw: [1, 1],
+        macs: 0.0,
+        density: 1.0,
+        input_elems,
+        output_elems,
+        weight_elems: 0.0,
+    }
+}
+
+fn consumer_counts(graph: &Graph) -> Vec<usize> {
+    let mut counts = vec![0; graph.nodes.len()];
+    for node in &graph.nodes {
+        for &i in &node.inputs {
+            counts[i] += 1;
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlas_core::{Algorithm, Dataset, Format, Layout};
+
+    fn combination(compression: Compression, level: f64) -> Combination {
+        Combination {
+            dataset: Dataset::Cifar10,
+            model: "resnet18".into(),
+            compression,
+            level,
+            algorithm: Algorithm::Direct,
+            format: Format::Dense,
+            layout: Layout::Nchw,
+            compiler: "native".into(),
+            tuned: false,
+            device: "i7".into(),
+            batch: 1,
+        }
+    }
+
+    #[test]
+    fn resnet18_fuses_bn_relu_and_residual_adds() {
+        let graph = (dlas_zoo::find(Dataset::Cifar10, "resnet18").unwrap().build)();
+        let w = Workload::new(&graph, &combination(Compression::Dense, 0.0));
+        let convs = w.kernels.iter().filter(|k| matches!(k.kind, KernelKind::Conv(_))).count();
+        let memory = w.kernels.iter().filter(|k| k.kind == KernelKind::Memory).count();
+        // 20 convolutions, 1 linear, and the global pool; every BN, ReLU and Add is fused.
+        assert_eq!((convs, memory, w.kernels.len()), (20, 1, 22));
+        let macs: f64 = w.kernels.iter().map(|k| k.macs).sum();
+        assert_eq!(macs as u64, graph.macs());
+    }
+
+    #[test]
+    fn pruning_sets_density() {
+        let graph = (dlas_zoo::find(Dataset::Cifar10, "vgg16").unwrap().build)();
+        let w = Workload::new(&graph, &combination(Compression::WeightPruning, 0.8));
+        assert!(w.kernels.iter().filter(|k| k.macs > 0.0).all(|k| (k.density - 0.2).abs() < 1e-12));
+    }
+}

@@ -1,0 +1,263 @@
+//! The numbered catalogue of tables and figures, and where each file goes.
+//!
+//! Numbering is fixed: reviewers and `--figure N` depend on it.
+
+use crate::figure::{FigureData, Panel, Series};
+use crate::table::Table;
+use anyhow::{Result, bail};
+use dlas_core::{Algorithm, Dataset, ResultRow, Study};
+use dlas_devices::DeviceSpec;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+/// Everything a report is computed from.
+pub struct Inputs<'a> {
+    pub study: &'a Study,
+    pub results: &'a [ResultRow],
+    pub specs: &'a [DeviceSpec],
+    /// Files the results were read from, named in footers.
+    pub result_files: Vec<String>,
+}
+
+/// What to regenerate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection {
+    All,
+    Figure(usize),
+    Table(usize),
+}
+
+/// A generated file, relative to the project root.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Artifact {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+}
+
+/// Tables implemented so far, by number.
+pub const TABLES: &[usize] = &[1, 2, 5];
+/// Figures implemented so far, by number.
+pub const FIGURES: &[usize] = &[4];
+
+/// Builds the selected artifacts.
+pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
+    let (tables, figures): (Vec<usize>, Vec<usize>) = match selection {
+        Selection::All => (TABLES.to_vec(), FIGURES.to_vec()),
+        Selection::Table(n) if TABLES.contains(&n) => (vec![n], vec![]),
+        Selection::Figure(n) if FIGURES.contains(&n) => (vec![], vec![n]),
+        Selection::Table(n) => bail!("no table {n} in this artifact yet; tables: {TABLES:?}"),
+        Selection::Figure(n) => bail!("no figure {n} in this artifact yet; figures: {FIGURES:?}"),
+    };
+    let mut out = Vec::new();
+    for n in tables {
+        let t = table(n, inputs)?;
+        let stem = format!("paper-tables/table{n}");
+        out.push(Artifact {
+            path: format!("{stem}.md").into(),
+            bytes: t.markdown().into_bytes(),
+        });
+        out.push(Artifact {
+            path: format!("{stem}.csv").into(),
+            bytes: t.csv(),
+        });
+        out.push(Artifact {
+            path: format!("{stem}.tex").into(),
+            bytes: t.latex().into_bytes(),
+        });
+    }
+    for n in figures {
+        let f = figure(n, inputs)?;
+        let svg = f
+            .svg()
+            .map_err(|e| anyhow::anyhow!("cannot draw figure {n}: {e}"))?;
+        out.push(Artifact {
+            path: format!("figures/figure{n}.svg").into(),
+            bytes: svg.into_bytes(),
+        });
+    }
+    Ok(out)
+}
+
+/// Table `n` as data.
+pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
+    match n {
+        1 => Ok(hardware(inputs)),
+        2 => networks(inputs, Dataset::Cifar10, 2),
+        5 => networks(inputs, Dataset::Imagenet, 5),
+        _ => bail!("no table {n} in this artifact yet; tables: {TABLES:?}"),
+    }
+}
+
+/// Figure `n` as data.
+pub fn figure(n: usize, inputs: &Inputs) -> Result<FigureData> {
+    match n {
+        4 => Ok(inference_time(inputs)),
+        _ => bail!("no figure {n} in this artifact yet; figures: {FIGURES:?}"),
+    }
+}
+
+fn hardware(inputs: &Inputs) -> Table {
+    let study_devices: Vec<&str> = inputs.study.devices.iter().map(|d| d.get_ref().as_str()).collect();
+    let rows = inputs
+        .specs
+        .iter()
+        .filter(|s| study_devices.contains(&s.id.as_str()))
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.name.clone(),
+                format!("{:?}", s.kind).to_uppercase(),
+                s.cores.to_string(),
+                format!("{:.3}", s.clock_ghz),
+                format!("{:.1}", s.peak_gflops()),
+                format!("{:.1}", s.memory_gbs),
+                s.llc_kib.to_string(),
+                format!("{}", s.fp16_rate),
+                format!("{}", s.int8_rate),
+            ]
+        })
+        .collect();
+    let unmodelled: Vec<&str> = study_devices
+        .iter()
+        .copied()
+        .filter(|d| !inputs.specs.iter().any(|s| s.id == *d))
+        .collect();
+    Table {
+        number: 1,
+        title: "Hardware platforms".into(),
+        columns: [
+            "device",
+            "name",
+            "kind",
+            "cores",
+            "clock (GHz)",
+            "fp32 peak (GFLOP/s)",
+            "memory (GB/s)",
+            "last-level cache (KiB)",
+            "fp16 rate",
+            "int8 rate",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+        footer: format!(
+            "Source: public specifications in data/devices/*.toml (each file cites them). \
+             Measured devices without a specification (listed once a recorded run exists): {}.",
+            if unmodelled.is_empty() { "none".to_string() } else { unmodelled.join(", ") }
+        ),
+    }
+}
+
+fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
+    let mut rows = Vec::new();
+    for (d, model) in inputs.study.models() {
+        if d != dataset {
+            continue;
+        }
+        let net = dlas_zoo::find(d, &model)?;
+        let graph = (net.build)();
+        rows.push(vec![
+            model,
+            graph.params().to_string(),
+            net.published_params.to_string(),
+            format!("{:.2}", graph.macs() as f64 / 1e6),
+            graph.weighted_layers().count().to_string(),
+            net.reference.to_string(),
+        ]);
+    }
+    Ok(Table {
+        number,
+        title: format!("{dataset} networks"),
+        columns: [
+            "model",
+            "params",
+            "published params",
+            "MACs (M)",
+            "conv+linear layers",
+            "definition",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+        footer: "Source: the zoo's graph IR (crates/dlas-zoo); MACs count convolution and linear \
+                 multiply-accumulates at batch 1. Accuracy columns arrive with the compression stage."
+            .into(),
+    })
+}
+
+fn inference_time(inputs: &Inputs) -> FigureData {
+    let rows: Vec<&ResultRow> = inputs
+        .results
+        .iter()
+        .filter(|r| !r.tuned && r.batch == 1 && r.status.has_timing() && r.algorithm != Algorithm::Auto)
+        .collect();
+    let devices: Vec<String> = inputs
+        .study
+        .devices
+        .iter()
+        .map(|d| d.get_ref().clone())
+        .filter(|d| rows.iter().any(|r| &r.device == d))
+        .collect();
+    let mut panels = Vec::new();
+    for device in &devices {
+        let mut groups = Vec::new();
+        let mut keys = Vec::new();
+        for (dataset, model) in inputs.study.models() {
+            for c in &inputs.study.compressions {
+                keys.push((dataset, model.clone(), c.id));
+                groups.push(format!("{dataset}/{model} {}", c.id));
+            }
+        }
+        let series = inputs
+            .study
+            .algorithms
+            .iter()
+            .map(|&algorithm| Series {
+                name: algorithm.to_string(),
+                values: keys
+                    .iter()
+                    .map(|(dataset, model, compression)| {
+                        rows.iter()
+                            .find(|r| {
+                                &r.device == device
+                                    && r.dataset == *dataset
+                                    && &r.model == model
+                                    && r.compression == *compression
+                                    && r.algorithm == algorithm
+                            })
+                            .and_then(|r| r.median_ms)
+                    })
+                    .collect(),
+            })
+            .collect();
+        panels.push(Panel {
+            title: device.clone(),
+            groups,
+            series,
+        });
+    }
+    FigureData {
+        number: 4,
+        title: "Inference time per network, compression and algorithm (untuned, batch 1)".into(),
+        y_label: "median inference time (ms)".into(),
+        log_y: true,
+        panels,
+        footer: footer(inputs, &devices),
+    }
+}
+
+/// "Source: …" line naming the devices and result files behind a figure.
+fn footer(inputs: &Inputs, devices: &[String]) -> String {
+    let sources: BTreeSet<&str> = inputs
+        .results
+        .iter()
+        .filter(|r| devices.contains(&r.device))
+        .map(|r| r.source.as_str())
+        .collect();
+    format!(
+        "Source: {} ({}); devices: {}.",
+        inputs.result_files.join(", "),
+        sources.into_iter().collect::<Vec<_>>().join(", "),
+        devices.join(", ")
+    )
+}

@@ -1,0 +1,14 @@
+//! The model zoo: a typed graph IR with shapes, the study's networks written
+//! in it, deterministic weights, and ONNX export.
+//!
+//! The zoo is the single source of truth for a network's structure. Devices
+//! read layer workloads from [`Graph`]; runtimes read the ONNX files that
+//! [`onnx::export`] writes from the same graph.
+
+pub mod ir;
+pub mod networks;
+pub mod onnx;
+pub mod weights;
+
+pub use ir::{Conv, Graph, GraphBuilder, Node, NodeId, Op, Pool, Shape};
+pub use networks::{Network, catalogue, find};
