@@ -1,1 +1,157 @@
-fn main() {}
+//! Project automation: `cargo xtask <command>`.
+//!
+//! Every command here drives the `dlas` binary or standard tools; the
+//! project's logic lives in the crates, not in xtask.
+
+mod flake;
+mod lock;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Regenerate (or with --check, compare) results, figures and tables.
+    /// Arguments go to `dlas reproduce` (--all, --figure N, --table N, --check, --study S).
+    Reproduce {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Regenerate every model and hash every data file; compare with the lock files.
+    Verify {
+        /// Rewrite data/models.lock and data/files.lock instead of checking them.
+        #[arg(long)]
+        update: bool,
+    },
+    /// Check what can be checked of the Nix flake offline.
+    Flake,
+    /// The whole test suite: format, lints, tests and snapshots, reproduce --check, verify, flake.
+    Test,
+}
+
+fn main() -> Result<()> {
+    let root = project_root();
+    match Cli::parse().command {
+        Task::Reproduce { args } => dlas(&root, "reproduce", &args),
+        Task::Verify { update } => lock::verify(&root, update),
+        Task::Flake => flake::check(&root),
+        Task::Test => test(&root),
+    }
+}
+
+/// The workspace root, from this crate's manifest folder.
+pub fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace root")
+        .to_path_buf()
+}
+
+/// Runs `dlas <command> <args>` through cargo (release profile, like the tests).
+pub fn dlas(root: &Path, command: &str, args: &[String]) -> Result<()> {
+    let mut cmd = cargo(root);
+    cmd.args([
+        "run",
+        "--release",
+        "--quiet",
+        "--package",
+        "dlas-cli",
+        "--bin",
+        "dlas",
+        "--",
+    ]);
+    cmd.arg(command).args(args);
+    run(&mut cmd)
+}
+
+/// Like [`dlas`], returning standard output.
+pub fn dlas_output(root: &Path, args: &[&str]) -> Result<String> {
+    let mut cmd = cargo(root);
+    cmd.args([
+        "run",
+        "--release",
+        "--quiet",
+        "--package",
+        "dlas-cli",
+        "--bin",
+        "dlas",
+        "--",
+    ]);
+    cmd.args(args);
+    let output = cmd.output().context("cannot run cargo")?;
+    if !output.status.success() {
+        bail!(
+            "dlas {} failed:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+fn cargo(root: &Path) -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root);
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(())
+}
+
+fn step(name: &str) {
+    eprintln!("\n==> {name}");
+}
+
+fn test(root: &Path) -> Result<()> {
+    let started = std::time::Instant::now();
+    step("cargo fmt --check");
+    run(cargo(root).args(["fmt", "--all", "--check"]))?;
+    step("cargo clippy -D warnings");
+    run(cargo(root).args([
+        "clippy",
+        "--release",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    step("cargo nextest (snapshots in check mode)");
+    run(cargo(root)
+        .args([
+            "nextest",
+            "run",
+            "--release",
+            "--workspace",
+            "--no-fail-fast",
+        ])
+        .env("INSTA_UPDATE", "no")
+        .env("CI", "true"))?;
+    step("reproduce --all --check");
+    dlas(root, "reproduce", &["--all".into(), "--check".into()])?;
+    step("verify");
+    lock::verify(root, false)?;
+    step("flake");
+    flake::check(root)?;
+    eprintln!(
+        "\nall checks passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

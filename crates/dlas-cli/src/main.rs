@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "dlas", version, about = "Across-stack inference benchmarking: plan, run, report")]
+#[command(
+    name = "dlas",
+    version,
+    about = "Across-stack inference benchmarking: plan, run, report"
+)]
 struct Cli {
     /// Project root (the folder holding data/); found from the current folder by default.
     #[arg(long, global = true)]
@@ -32,12 +36,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = project::Project::locate(cli.root.as_deref()).and_then(|project| match cli.command {
-        Command::Plan(args) => cmd::plan::run(&project, &args),
-        Command::Zoo(command) => cmd::zoo::run(&command),
-        Command::Run(args) => cmd::run::run(&project, &args),
-        Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
-    });
+    let result =
+        project::Project::locate(cli.root.as_deref()).and_then(|project| match cli.command {
+            Command::Plan(args) => cmd::plan::run(&project, &args),
+            Command::Zoo(command) => cmd::zoo::run(&command),
+            Command::Run(args) => cmd::run::run(&project, &args),
+            Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
+        });
     match result {
         Ok(code) => code,
         Err(error) => {

@@ -19,14 +19,21 @@ impl Project {
     pub fn locate(root: Option<&Path>) -> Result<Project> {
         if let Some(root) = root {
             if !root.join("data/studies").is_dir() {
-                bail!("{} has no data/studies folder; pass the project root with --root", root.display());
+                bail!(
+                    "{} has no data/studies folder; pass the project root with --root",
+                    root.display()
+                );
             }
-            return Ok(Project { root: root.to_path_buf() });
+            return Ok(Project {
+                root: root.to_path_buf(),
+            });
         }
         let here = std::env::current_dir()?;
         for dir in here.ancestors() {
             if dir.join("data/studies").is_dir() {
-                return Ok(Project { root: dir.to_path_buf() });
+                return Ok(Project {
+                    root: dir.to_path_buf(),
+                });
             }
         }
         bail!(
@@ -54,7 +61,9 @@ impl Project {
                     .iter()
                     .flat_map(|d| &d.models)
                     .find(|m| m.get_ref() == &model);
-                let at = entry.map_or(study.path.display().to_string(), |m| study.locate(m.span().start));
+                let at = entry.map_or(study.path.display().to_string(), |m| {
+                    study.locate(m.span().start)
+                });
                 anyhow::anyhow!("{at}: {e}")
             })?;
         }

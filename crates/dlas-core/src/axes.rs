@@ -96,7 +96,10 @@ closed_axis!(
 impl Compression {
     /// Whether the technique leaves zeros in the weights that sparse formats can skip.
     pub fn is_pruning(self) -> bool {
-        matches!(self, Compression::WeightPruning | Compression::ChannelPruning)
+        matches!(
+            self,
+            Compression::WeightPruning | Compression::ChannelPruning
+        )
     }
 
     /// Bytes per stored weight or activation value.

@@ -52,11 +52,9 @@ impl Filter {
     }
 
     pub fn matches(&self, combination: &Combination) -> bool {
-        self.terms.iter().all(|(axis, values)| {
-            combination
-                .get(axis)
-                .is_some_and(|v| values.iter().any(|w| *w == v))
-        })
+        self.terms
+            .iter()
+            .all(|(axis, values)| combination.get(axis).is_some_and(|v| values.contains(&v)))
     }
 
     /// The value the filter pins an axis to, if it names exactly one.

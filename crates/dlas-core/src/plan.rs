@@ -65,7 +65,11 @@ impl Combination {
 pub fn format_level(level: f64) -> String {
     let text = format!("{level:.4}");
     let text = text.trim_end_matches('0').trim_end_matches('.');
-    if text.is_empty() { "0".into() } else { text.into() }
+    if text.is_empty() {
+        "0".into()
+    } else {
+        text.into()
+    }
 }
 
 /// The expanded plan and the bookkeeping of what the rules removed.
@@ -193,7 +197,10 @@ mod tests {
             "dataset=cifar10;model=resnet18;compression=dense;level=0;algorithm=direct;\
              format=dense;layout=nchw;compiler=native;tuned=false;device=i7;batch=1"
         );
-        assert_eq!(first.id(), hex::encode(&Sha256::digest(first.canonical())[..8]));
+        assert_eq!(
+            first.id(),
+            hex::encode(&Sha256::digest(first.canonical())[..8])
+        );
     }
 
     #[test]

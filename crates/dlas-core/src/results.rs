@@ -206,7 +206,10 @@ impl ResultsAppender {
         if existing.is_empty() {
             file.write_all(csv_header()?.as_bytes())?;
         } else if !existing.ends_with(b"\n") {
-            let keep = existing.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let keep = existing
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
             file.set_len(keep as u64)?;
         }
         file.sync_all()?;
@@ -299,13 +302,16 @@ mod tests {
     fn malformed_row_names_file_and_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.csv");
-        let mut text = String::from_utf8(to_csv(&[ResultRow::without_timing(
-            &combination(),
-            1,
-            Status::Skipped,
-            "x",
-            "s",
-        )]).unwrap())
+        let mut text = String::from_utf8(
+            to_csv(&[ResultRow::without_timing(
+                &combination(),
+                1,
+                Status::Skipped,
+                "x",
+                "s",
+            )])
+            .unwrap(),
+        )
         .unwrap();
         text.push_str("id,cifar10\n");
         std::fs::write(&path, text).unwrap();

@@ -103,6 +103,9 @@ mod tests {
         assert!(Summary::from_samples(&[]).is_none());
         assert!(Summary::from_samples(&[1.0, f64::NAN]).is_none());
         let one = Summary::from_samples(&[2.5]).unwrap();
-        assert_eq!((one.median, one.stddev, one.ci_low, one.ci_high), (2.5, 0.0, 2.5, 2.5));
+        assert_eq!(
+            (one.median, one.stddev, one.ci_low, one.ci_high),
+            (2.5, 0.0, 2.5, 2.5)
+        );
     }
 }

@@ -352,7 +352,10 @@ algorithms = true
     #[test]
     fn syntax_error_names_file_line_and_column() {
         let err = parse_err(&MINIMAL.replace("runs = 10", "runs = "));
-        assert!(err.starts_with("s.toml: TOML parse error at line 11, column 8"), "{err}");
+        assert!(
+            err.starts_with("s.toml: TOML parse error at line 11, column 8"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -387,10 +390,7 @@ algorithms = true
 
     #[test]
     fn level_outside_unit_interval_is_refused() {
-        let text = MINIMAL.replace(
-            "id = \"dense\"",
-            "id = \"weight-pruning\"\nlevel = 1.5",
-        );
+        let text = MINIMAL.replace("id = \"dense\"", "id = \"weight-pruning\"\nlevel = 1.5");
         assert!(parse_err(&text).contains("level 1.5; a level is a fraction in [0, 1)"));
     }
 }

@@ -122,7 +122,8 @@ impl MockDevice {
         match c.algorithm {
             Algorithm::Gemm => {
                 // im2col writes a (k*k*ic) x (oh*ow) matrix and the GEMM reads it back.
-                let cols = (conv.kernel * conv.kernel * conv.in_channels * oh * ow) as f64 * batch * vb;
+                let cols =
+                    (conv.kernel * conv.kernel * conv.in_channels * oh * ow) as f64 * batch * vb;
                 let rereads = if !c.tuned && cols > llc / 2.0 {
                     cols * (conv.out_channels as f64 / cores - 1.0).max(0.0)
                 } else {
@@ -159,9 +160,11 @@ impl MockDevice {
         let [_, ow] = k.out_hw;
         let per_core_per_cycle = match (c.format.is_sparse(), c.tuned) {
             // Sparse: each FMA loads an input and the partial output it updates.
-            (true, true) => (s.loads_per_cycle as f64 / 2.0).min(s.fma_pipes as f64)
-                * simd as f64
-                * lane_fill(ow, simd),
+            (true, true) => {
+                (s.loads_per_cycle as f64 / 2.0).min(s.fma_pipes as f64)
+                    * simd as f64
+                    * lane_fill(ow, simd)
+            }
             // Untuned sparse code reduces over a row's non-zeros innermost: a
             // dependent chain, as for dense direct and GEMM.
             (true, false) => (s.loads_per_cycle as f64 / 2.0).min(1.0 / s.fma_latency as f64),
@@ -240,7 +243,9 @@ impl Device for MockDevice {
         let sigma = (1.0 + self.spec.noise_cv.powi(2)).ln().sqrt();
         let noise = LogNormal::new(0.0, sigma).expect("finite sigma");
         let mut rng = dlas_zoo::weights::stream(seed, &self.spec.id, &combination.id());
-        Ok((0..runs).map(|_| total_ms * noise.sample(&mut rng)).collect())
+        Ok((0..runs)
+            .map(|_| total_ms * noise.sample(&mut rng))
+            .collect())
     }
 }
 

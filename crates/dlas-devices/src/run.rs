@@ -1,10 +1,10 @@
 //! Running a plan's mocked combinations: every number is computed, so the
 //! whole mocked matrix takes well under a second.
 
+use crate::Device;
 use crate::mock::MockDevice;
 use crate::spec::DeviceSpec;
 use crate::workload::Workload;
-use crate::Device;
 use anyhow::Result;
 use dlas_core::{Combination, Dataset, ResultRow, Status, Summary};
 use dlas_zoo::Graph;
@@ -47,7 +47,9 @@ pub fn run_mocked(
         let workload = Workload::new(&graphs[&key], c);
         let row = match device.measure(c, &workload, protocol.runs, protocol.seed) {
             Ok(samples) => match Summary::from_samples(&samples) {
-                Some(summary) => ResultRow::measured(c, protocol.warmup, &summary, &device.source()),
+                Some(summary) => {
+                    ResultRow::measured(c, protocol.warmup, &summary, &device.source())
+                }
                 None => ResultRow::without_timing(
                     c,
                     protocol.warmup,

@@ -83,7 +83,10 @@ impl DeviceSpec {
             );
         }
         if self.sources.is_empty() {
-            bail!("{}: `sources` must cite where the figures come from", path.display());
+            bail!(
+                "{}: `sources` must cite where the figures come from",
+                path.display()
+            );
         }
         Ok(())
     }

@@ -56,7 +56,11 @@ impl Workload {
         let mut kernels: Vec<Kernel> = Vec::new();
         for (id, node) in graph.nodes.iter().enumerate() {
             let elems = |shape: [usize; 3]| shape.iter().product::<usize>() as f64;
-            let input_elems: f64 = node.inputs.iter().map(|&i| elems(graph.nodes[i].shape)).sum();
+            let input_elems: f64 = node
+                .inputs
+                .iter()
+                .map(|&i| elems(graph.nodes[i].shape))
+                .sum();
             match &node.op {
                 Op::Input | Op::Flatten => {}
                 Op::Conv(c) => {
@@ -89,14 +93,12 @@ impl Workload {
                     let producer = node.inputs[0];
                     match fused_into[producer] {
                         Some(k) if consumers[producer] == 1 => fused_into[id] = Some(k),
-                        _ => kernels.push(memory_kernel(&node.name, input_elems, elems(node.shape))),
+                        _ => {
+                            kernels.push(memory_kernel(&node.name, input_elems, elems(node.shape)))
+                        }
                     }
                 }
-                Op::Mul
-                | Op::MaxPool(_)
-                | Op::AvgPool(_)
-                | Op::GlobalAvgPool
-                | Op::Concat => {
+                Op::Mul | Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool | Op::Concat => {
                     kernels.push(memory_kernel(&node.name, input_elems, elems(node.shape)));
                 }
             }
@@ -157,8 +159,16 @@ mod tests {
     fn resnet18_fuses_bn_relu_and_residual_adds() {
         let graph = (dlas_zoo::find(Dataset::Cifar10, "resnet18").unwrap().build)();
         let w = Workload::new(&graph, &combination(Compression::Dense, 0.0));
-        let convs = w.kernels.iter().filter(|k| matches!(k.kind, KernelKind::Conv(_))).count();
-        let memory = w.kernels.iter().filter(|k| k.kind == KernelKind::Memory).count();
+        let convs = w
+            .kernels
+            .iter()
+            .filter(|k| matches!(k.kind, KernelKind::Conv(_)))
+            .count();
+        let memory = w
+            .kernels
+            .iter()
+            .filter(|k| k.kind == KernelKind::Memory)
+            .count();
         // 20 convolutions, 1 linear, and the global pool; every BN, ReLU and Add is fused.
         assert_eq!((convs, memory, w.kernels.len()), (20, 1, 22));
         let macs: f64 = w.kernels.iter().map(|k| k.macs).sum();
@@ -169,6 +179,11 @@ mod tests {
     fn pruning_sets_density() {
         let graph = (dlas_zoo::find(Dataset::Cifar10, "vgg16").unwrap().build)();
         let w = Workload::new(&graph, &combination(Compression::WeightPruning, 0.8));
-        assert!(w.kernels.iter().filter(|k| k.macs > 0.0).all(|k| (k.density - 0.2).abs() < 1e-12));
+        assert!(
+            w.kernels
+                .iter()
+                .filter(|k| k.macs > 0.0)
+                .all(|k| (k.density - 0.2).abs() < 1e-12)
+        );
     }
 }

@@ -97,7 +97,12 @@ pub fn figure(n: usize, inputs: &Inputs) -> Result<FigureData> {
 }
 
 fn hardware(inputs: &Inputs) -> Table {
-    let study_devices: Vec<&str> = inputs.study.devices.iter().map(|d| d.get_ref().as_str()).collect();
+    let study_devices: Vec<&str> = inputs
+        .study
+        .devices
+        .iter()
+        .map(|d| d.get_ref().as_str())
+        .collect();
     let rows = inputs
         .specs
         .iter()
@@ -143,7 +148,11 @@ fn hardware(inputs: &Inputs) -> Table {
         footer: format!(
             "Source: public specifications in data/devices/*.toml (each file cites them). \
              Measured devices without a specification (listed once a recorded run exists): {}.",
-            if unmodelled.is_empty() { "none".to_string() } else { unmodelled.join(", ") }
+            if unmodelled.is_empty() {
+                "none".to_string()
+            } else {
+                unmodelled.join(", ")
+            }
         ),
     }
 }
@@ -189,7 +198,9 @@ fn inference_time(inputs: &Inputs) -> FigureData {
     let rows: Vec<&ResultRow> = inputs
         .results
         .iter()
-        .filter(|r| !r.tuned && r.batch == 1 && r.status.has_timing() && r.algorithm != Algorithm::Auto)
+        .filter(|r| {
+            !r.tuned && r.batch == 1 && r.status.has_timing() && r.algorithm != Algorithm::Auto
+        })
         .collect();
     let devices: Vec<String> = inputs
         .study

@@ -61,7 +61,12 @@ impl FigureData {
     /// Renders grouped bars, one panel per row, to SVG text.
     pub fn svg(&self) -> DrawResult<String> {
         register_font();
-        let groups = self.panels.iter().map(|p| p.groups.len()).max().unwrap_or(1);
+        let groups = self
+            .panels
+            .iter()
+            .map(|p| p.groups.len())
+            .max()
+            .unwrap_or(1);
         let width = (220 + 22 * groups as u32).max(900);
         let height = 40 + PANEL_HEIGHT * self.panels.len().max(1) as u32 + FOOTER_HEIGHT;
         let mut out = String::new();
@@ -92,7 +97,10 @@ impl FigureData {
         panel: &Panel,
         area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     ) -> DrawResult<()> {
-        let values = panel.series.iter().flat_map(|s| s.values.iter().flatten().copied());
+        let values = panel
+            .series
+            .iter()
+            .flat_map(|s| s.values.iter().flatten().copied());
         let (low, high) = values.fold((f64::INFINITY, 0f64), |(l, h), v| (l.min(v), h.max(v)));
         let (low, high) = if low.is_finite() {
             (low / 2.0, high * 2.0)
@@ -103,7 +111,7 @@ impl FigureData {
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.title, ("sans-serif", 16))
             .margin(8)
-            .x_label_area_size(130)
+            .x_label_area_size(170)
             .y_label_area_size(70)
             .build_cartesian_2d(0f64..n as f64, (low..high).log_scale())?;
         chart
@@ -141,7 +149,9 @@ impl FigureData {
                     })
                 }))?
                 .label(series.name.clone())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
+                });
         }
         chart
             .configure_series_labels()

@@ -45,7 +45,10 @@ impl Table {
         let mut out = String::from("\\begin{table}[t]\n\\centering\n");
         out += &format!("\\caption{{{}}}\n", escape(&self.title));
         out += &format!("\\label{{tab:{}}}\n", self.number);
-        out += &format!("\\begin{{tabular}}{{{}}}\n\\toprule\n", "l".repeat(self.columns.len()));
+        out += &format!(
+            "\\begin{{tabular}}{{{}}}\n\\toprule\n",
+            "l".repeat(self.columns.len())
+        );
         let cols: Vec<String> = self.columns.iter().map(|c| escape(c)).collect();
         out += &format!("{} \\\\\n\\midrule\n", cols.join(" & "));
         for row in &self.rows {
@@ -53,7 +56,10 @@ impl Table {
             out += &format!("{} \\\\\n", cells.join(" & "));
         }
         out += "\\bottomrule\n\\end{tabular}\n";
-        out += &format!("\\par\\footnotesize {}\n\\end{{table}}\n", escape(&self.footer));
+        out += &format!(
+            "\\par\\footnotesize {}\n\\end{{table}}\n",
+            escape(&self.footer)
+        );
         out
     }
 }
@@ -75,7 +81,10 @@ mod tests {
             t.markdown(),
             "# Table 9: A & B\n\n| model | ms |\n|---|---|\n| resnet_18 | 1.5 |\n\nSource: test.\n"
         );
-        assert_eq!(String::from_utf8(t.csv()).unwrap(), "model,ms\nresnet_18,1.5\n");
+        assert_eq!(
+            String::from_utf8(t.csv()).unwrap(),
+            "model,ms\nresnet_18,1.5\n"
+        );
         assert!(t.latex().contains("resnet\\_18 & 1.5 \\\\"));
         assert!(t.latex().contains("\\caption{A \\& B}"));
     }

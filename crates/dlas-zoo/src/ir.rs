@@ -257,7 +257,7 @@ impl GraphBuilder {
     ) -> NodeId {
         let [c, h, w] = self.shape(x);
         assert!(
-            c % groups == 0 && out_channels % groups == 0,
+            c.is_multiple_of(groups) && out_channels.is_multiple_of(groups),
             "groups must divide channels"
         );
         let out = |s: usize| (s + 2 * padding - kernel) / stride + 1;
@@ -314,12 +314,22 @@ impl GraphBuilder {
     /// `a * b` where `b` is `a`'s shape or a per-channel `[c, 1, 1]` scale.
     pub fn mul(&mut self, a: NodeId, b: NodeId) -> NodeId {
         let (sa, sb) = (self.shape(a), self.shape(b));
-        assert!(sa == sb || sb == [sa[0], 1, 1], "Mul needs equal or per-channel shapes");
+        assert!(
+            sa == sb || sb == [sa[0], 1, 1],
+            "Mul needs equal or per-channel shapes"
+        );
         self.push(Op::Mul, vec![a, b], sa)
     }
 
     pub fn max_pool(&mut self, x: NodeId, kernel: usize, stride: usize, padding: usize) -> NodeId {
-        self.pool(x, Op::MaxPool(Pool { kernel, stride, padding }))
+        self.pool(
+            x,
+            Op::MaxPool(Pool {
+                kernel,
+                stride,
+                padding,
+            }),
+        )
     }
 
     pub fn avg_pool(&mut self, x: NodeId, kernel: usize, stride: usize) -> NodeId {

@@ -75,7 +75,12 @@ pub fn model(graph: &Graph, weights: &Weights) -> ModelProto {
             ) => {
                 let mut ins = inputs;
                 let dims = [gamma.len() as i64];
-                for (role, values) in [("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var)] {
+                for (role, values) in [
+                    ("gamma", gamma),
+                    ("beta", beta),
+                    ("mean", mean),
+                    ("var", var),
+                ] {
                     ins.push(out.initializer(&format!("{}.{role}", node.name), &dims, values));
                 }
                 out.node(

@@ -36,7 +36,12 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let plan = Plan::expand(&study).filtered(&filter);
     let mut out = std::io::stdout().lock();
     if args.count {
-        writeln!(out, "study {}: {} combinations", study.name, plan.combinations.len())?;
+        writeln!(
+            out,
+            "study {}: {} combinations",
+            study.name,
+            plan.combinations.len()
+        )?;
         writeln!(out, "before rules: {}", plan.total_before_rules)?;
         for (rule, reason, n) in &plan.excluded {
             writeln!(out, "excluded by {rule}: {n} ({reason})")?;
@@ -71,7 +76,11 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             ])?;
             for c in &plan.combinations {
                 let mut record = vec![c.id()];
-                record.extend(dlas_core::study::AXES.iter().map(|a| c.get(a).unwrap_or_default()));
+                record.extend(
+                    dlas_core::study::AXES
+                        .iter()
+                        .map(|a| c.get(a).unwrap_or_default()),
+                );
                 writer.write_record(&record)?;
             }
             writer.flush()?;

@@ -79,7 +79,10 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             .iter()
             .filter(|c| dlas_devices::is_mocked(c, &specs))
             .count();
-        println!("would run {mocked} mocked combinations of study {}", study.name);
+        println!(
+            "would run {mocked} mocked combinations of study {}",
+            study.name
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let rows = mocked_results(&study, &specs, &filter, args.runs)?;

@@ -93,9 +93,17 @@ fn list(format: ListFormat) -> Result<()> {
             w.flush()?;
         }
         ListFormat::Table => {
-            writeln!(out, "{:<16} {:<9} {:>11} {:>13} {:>7}", header[0], header[1], header[2], header[3], header[4])?;
+            writeln!(
+                out,
+                "{:<16} {:<9} {:>11} {:>13} {:>7}",
+                header[0], header[1], header[2], header[3], header[4]
+            )?;
             for r in &rows {
-                writeln!(out, "{:<16} {:<9} {:>11} {:>13} {:>7}", r[0], r[1], r[2], r[3], r[4])?;
+                writeln!(
+                    out,
+                    "{:<16} {:<9} {:>11} {:>13} {:>7}",
+                    r[0], r[1], r[2], r[3], r[4]
+                )?;
             }
         }
     }

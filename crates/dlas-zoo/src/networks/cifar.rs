@@ -9,10 +9,15 @@ pub fn resnet18() -> Graph {
     let mut g = GraphBuilder::new("resnet18", Dataset::Cifar10);
     let mut x = g.input();
     x = g.scoped("stem", |g| g.conv_bn(x, 64, 3, 1, 1, Some(Op::Relu)));
-    for (stage, (planes, stride)) in [(64, 1), (128, 2), (256, 2), (512, 2)].into_iter().enumerate() {
+    for (stage, (planes, stride)) in [(64, 1), (128, 2), (256, 2), (512, 2)]
+        .into_iter()
+        .enumerate()
+    {
         for block in 0..2 {
             let s = if block == 0 { stride } else { 1 };
-            x = g.scoped(&format!("layer{}.{block}", stage + 1), |g| basic_block(g, x, planes, s));
+            x = g.scoped(&format!("layer{}.{block}", stage + 1), |g| {
+                basic_block(g, x, planes, s)
+            });
         }
     }
     classifier(g, x)

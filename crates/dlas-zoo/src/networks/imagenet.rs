@@ -62,7 +62,11 @@ pub fn mobilenet_v2() -> Graph {
                 }
                 y = g.conv_bn(y, hidden, 3, stride, hidden, Some(Op::Relu6));
                 y = g.conv_bn(y, c, 1, 1, 1, None);
-                if stride == 1 && inp == c { g.add(y, x) } else { y }
+                if stride == 1 && inp == c {
+                    g.add(y, x)
+                } else {
+                    y
+                }
             });
             index += 1;
         }
@@ -146,7 +150,9 @@ pub fn efficientnet_b0() -> Graph {
             });
         }
     }
-    x = g.scoped("features.8", |g| g.conv_bn(x, 1280, 1, 1, 1, Some(Op::Silu)));
+    x = g.scoped("features.8", |g| {
+        g.conv_bn(x, 1280, 1, 1, 1, Some(Op::Silu))
+    });
     classifier(g, x)
 }
 
@@ -175,7 +181,11 @@ fn mbconv(
         g.mul(y, s)
     });
     y = g.conv_bn(y, out, 1, 1, 1, None);
-    if stride == 1 && inp == out { g.add(y, x) } else { y }
+    if stride == 1 && inp == out {
+        g.add(y, x)
+    } else {
+        y
+    }
 }
 
 /// Global average pooling, flatten, and the 1000-way linear classifier.

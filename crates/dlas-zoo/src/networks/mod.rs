@@ -142,7 +142,10 @@ mod tests {
 
     #[test]
     fn unknown_model_lists_valid_ones() {
-        let err = find(Dataset::Cifar10, "resnet50").err().unwrap().to_string();
+        let err = find(Dataset::Cifar10, "resnet50")
+            .err()
+            .unwrap()
+            .to_string();
         assert_eq!(
             err,
             "unknown cifar10 model `resnet50`; valid values: resnet18, mobilenetv1, mobilenetv2, vgg16"

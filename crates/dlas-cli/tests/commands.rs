@@ -1,0 +1,176 @@
+//! The `dlas` binary as a user runs it: the README's commands and the
+//! errors a user sees for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn dlas(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dlas"))
+        .arg("--root")
+        .arg(root())
+        .args(args)
+        .output()
+        .expect("the dlas binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = dlas(args);
+    assert!(
+        out.status.success(),
+        "dlas {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = dlas(args);
+    assert!(!out.status.success(), "dlas {args:?} should fail");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        !stderr.contains("panicked"),
+        "dlas {args:?} panicked: {stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn plan_count_matches_the_study() {
+    let out = ok(&["plan", "--study", "dlas", "--count"]);
+    assert!(out.starts_with("study dlas: 1008 combinations\n"), "{out}");
+    assert!(
+        out.contains("excluded by no-imagenet-tuning-on-hikey: 96"),
+        "{out}"
+    );
+}
+
+#[test]
+fn plan_csv_with_filter() {
+    let out = ok(&[
+        "plan",
+        "--study",
+        "dlas",
+        "--format",
+        "csv",
+        "--filter",
+        "model=resnet18,device=i7,tuned=false,compression=dense",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "id,dataset,model,compression,level,algorithm,format,layout,compiler,tuned,device,batch"
+    );
+    assert_eq!(lines.len(), 4, "three algorithms: {out}");
+    assert!(lines[1].ends_with(",cifar10,resnet18,dense,0,direct,dense,nchw,native,false,i7,1"));
+}
+
+#[test]
+fn unknown_filter_value_lists_valid_ones() {
+    let err = fails(&["plan", "--filter", "device=tpu"]);
+    assert!(
+        err.contains("unknown device `tpu`; valid values: i7, hikey970-cpu"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_study_names_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("data/studies/dlas.toml")).unwrap();
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, text.replace("runs = 150", "runs = \"many\"")).unwrap();
+    let err = fails(&["plan", "--study", broken.to_str().unwrap()]);
+    assert!(
+        err.contains("broken.toml: TOML parse error at line"),
+        "{err}"
+    );
+    assert!(err.contains("invalid type: string \"many\""), "{err}");
+
+    let unknown = dir.path().join("unknown.toml");
+    std::fs::write(&unknown, text.replace("\"vgg16\"", "\"vgg19\"")).unwrap();
+    let err = fails(&["plan", "--study", unknown.to_str().unwrap()]);
+    assert!(err.contains("unknown.toml:29:"), "{err}");
+    assert!(
+        err.contains(
+            "unknown cifar10 model `vgg19`; valid values: resnet18, mobilenetv1, mobilenetv2, vgg16"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_study_lists_the_known_ones() {
+    let err = fails(&["plan", "--study", "nope"]);
+    assert!(err.contains("cannot read study file"), "{err}");
+    assert!(err.contains("dlas"), "{err}");
+}
+
+#[test]
+fn zoo_list_and_export() {
+    let out = ok(&["zoo", "list", "--format", "csv"]);
+    assert!(out.starts_with("model,dataset,params,macs,layers\n"));
+    assert!(
+        out.contains("resnet18,cifar10,11173962,555422720,21\n"),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.onnx");
+    let printed = ok(&[
+        "zoo",
+        "export",
+        "mobilenetv1",
+        "--dataset",
+        "cifar10",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    let lock = std::fs::read_to_string(root().join("data/models.lock")).unwrap();
+    let digest = printed.split_whitespace().next().unwrap();
+    assert!(
+        lock.contains(&format!("{digest}  cifar10-mobilenetv1.onnx")),
+        "exported hash {digest} is not the pinned one"
+    );
+}
+
+#[test]
+fn host_without_backend_is_a_clear_error() {
+    let err = fails(&["run", "--study", "dlas", "--device", "host"]);
+    assert!(err.contains("device `host` needs a real backend"), "{err}");
+    let err = fails(&["run", "--device", "tpu"]);
+    assert!(
+        err.contains("unknown device `tpu`; valid values: mock, host, "),
+        "{err}"
+    );
+}
+
+#[test]
+fn mocked_run_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.csv");
+    let b = dir.path().join("b.csv");
+    for out in [&a, &b] {
+        ok(&[
+            "run",
+            "--device",
+            "i7,xavier-gpu",
+            "--filter",
+            "dataset=cifar10",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+    }
+    let text = std::fs::read_to_string(&a).unwrap();
+    assert_eq!(text, std::fs::read_to_string(&b).unwrap());
+    let planned = ok(&[
+        "plan",
+        "--format",
+        "ids",
+        "--filter",
+        "dataset=cifar10,device=i7|xavier-gpu",
+    ]);
+    assert_eq!(text.lines().count(), 1 + planned.lines().count());
+}
