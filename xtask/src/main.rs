@@ -56,25 +56,8 @@ pub fn project_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `dlas <command> <args>` through cargo (release profile, like the tests).
-pub fn dlas(root: &Path, command: &str, args: &[String]) -> Result<()> {
-    let mut cmd = cargo(root);
-    cmd.args([
-        "run",
-        "--release",
-        "--quiet",
-        "--package",
-        "dlas-cli",
-        "--bin",
-        "dlas",
-        "--",
-    ]);
-    cmd.arg(command).args(args);
-    run(&mut cmd)
-}
-
-/// Like [`dlas`], returning standard output.
-pub fn dlas_output(root: &Path, args: &[&str]) -> Result<String> {
+/// `cargo run` of the `dlas` binary (release profile, like the tests) with `args`.
+fn dlas_command<S: AsRef<std::ffi::OsStr>>(root: &Path, args: &[S]) -> Command {
     let mut cmd = cargo(root);
     cmd.args([
         "run",
@@ -87,7 +70,21 @@ pub fn dlas_output(root: &Path, args: &[&str]) -> Result<String> {
         "--",
     ]);
     cmd.args(args);
-    let output = cmd.output().context("cannot run cargo")?;
+    cmd
+}
+
+/// Runs `dlas <command> <args>`, its output going to the terminal.
+pub fn dlas(root: &Path, command: &str, args: &[String]) -> Result<()> {
+    let mut all = vec![command.to_string()];
+    all.extend_from_slice(args);
+    run(&mut dlas_command(root, &all))
+}
+
+/// Runs `dlas <args>` and returns its standard output.
+pub fn dlas_output(root: &Path, args: &[&str]) -> Result<String> {
+    let output = dlas_command(root, args)
+        .output()
+        .context("cannot run cargo")?;
     if !output.status.success() {
         bail!(
             "dlas {} failed:\n{}",
