@@ -3,11 +3,10 @@
 //!
 //! The zoo is the single source of truth for a network's structure. Devices
 //! read layer workloads from [`Graph`]; runtimes read the ONNX files that
-//! [`onnx::export`] writes from the same graph.
+//! `dlas-onnx` writes from the same graph. The zoo has no heavy dependency.
 
 pub mod ir;
 pub mod networks;
-pub mod onnx;
 pub mod weights;
 
 pub use ir::{Conv, Graph, GraphBuilder, Node, NodeId, Op, Pool, Shape};

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use dlas_core::Dataset;
-use dlas_zoo::{catalogue, onnx, weights};
+use dlas_zoo::{catalogue, weights};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::PathBuf;
@@ -113,7 +113,7 @@ fn list(format: ListFormat) -> Result<()> {
 /// Writes one network atomically and returns the file's sha256.
 fn export(net: &dlas_zoo::Network, out: &std::path::Path, seed: u64) -> Result<String> {
     let graph = (net.build)();
-    let bytes = onnx::export(&graph, &weights::generate(&graph, seed));
+    let bytes = dlas_onnx::export(&graph, &weights::generate(&graph, seed));
     dlas_core::atomic::write_atomic(out, &bytes)
         .with_context(|| format!("cannot export {} {}", net.dataset, net.name))?;
     Ok(hex::encode(Sha256::digest(&bytes)))

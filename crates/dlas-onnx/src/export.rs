@@ -4,8 +4,8 @@
 //! so no protobuf compiler or Python is needed. The batch dimension is the
 //! symbolic `N`; batch norm stays a node (folding it is a runtime's job).
 
-use crate::ir::{Graph, Op};
-use crate::weights::{Params, Weights};
+use dlas_zoo::weights::{Params, Weights};
+use dlas_zoo::{Graph, Op};
 use prost::Message;
 use tract_onnx::pb::{
     self, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
@@ -255,12 +255,12 @@ pub fn decode(bytes: &[u8]) -> Result<pb::ModelProto, prost::DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::weights;
     use dlas_core::Dataset;
+    use dlas_zoo::weights;
     use tract_onnx::prelude::*;
 
-    fn exported(name: &str) -> (crate::ir::Graph, Vec<u8>) {
-        let net = crate::find(Dataset::Cifar10, name).unwrap();
+    fn exported(name: &str) -> (dlas_zoo::Graph, Vec<u8>) {
+        let net = dlas_zoo::find(Dataset::Cifar10, name).unwrap();
         let graph = (net.build)();
         let bytes = export(&graph, &weights::generate(&graph, 1));
         (graph, bytes)
