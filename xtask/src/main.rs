@@ -5,6 +5,7 @@
 
 mod flake;
 mod lock;
+mod setup;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -32,6 +33,18 @@ enum Task {
         #[arg(long)]
         update: bool,
     },
+    /// Check that tract and ONNX Runtime agree on every zoo network (`dlas crosscheck`).
+    Crosscheck {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Benchmarks: `harness` (timing-loop overhead).
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Fetch the pinned ONNX Runtime wheel from PyPI, check its sha256, extract the library.
+    Setup,
     /// Check what can be checked of the Nix flake offline.
     Flake,
     /// The whole test suite: format, lints, tests and snapshots, reproduce --check, verify, flake.
@@ -43,6 +56,12 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Task::Reproduce { args } => dlas(&root, "reproduce", &args),
         Task::Verify { update } => lock::verify(&root, update),
+        Task::Setup => setup::run(&root),
+        Task::Crosscheck { args } => {
+            setup::run(&root)?;
+            dlas(&root, "crosscheck", &args)
+        }
+        Task::Bench { args } => dlas(&root, "bench", &args),
         Task::Flake => flake::check(&root),
         Task::Test => test(&root),
     }
@@ -117,6 +136,8 @@ fn step(name: &str) {
 
 fn test(root: &Path) -> Result<()> {
     let started = std::time::Instant::now();
+    step("setup (ONNX Runtime)");
+    setup::run(root)?;
     step("cargo fmt --check");
     run(cargo(root).args(["fmt", "--all", "--check"]))?;
     step("cargo clippy -D warnings");
@@ -142,6 +163,8 @@ fn test(root: &Path) -> Result<()> {
         .env("CI", "true"))?;
     step("reproduce --all --check");
     dlas(root, "reproduce", &["--all".into(), "--check".into()])?;
+    step("bench harness (timing-loop overhead under 5 µs)");
+    dlas(root, "bench", &["harness".into()])?;
     step("verify");
     lock::verify(root, false)?;
     step("flake");

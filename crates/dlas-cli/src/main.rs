@@ -32,6 +32,13 @@ enum Command {
     Run(cmd::run::Args),
     /// Regenerate figures and tables (and the mocked results behind them).
     Reproduce(cmd::reproduce::Args),
+    /// Compare two results files: per-combination ratios and rank agreement.
+    Compare(cmd::compare::Args),
+    /// Check that every runtime gives the same logits on the zoo's networks.
+    Crosscheck(cmd::crosscheck::Args),
+    /// Benchmarks of the measurement machinery itself.
+    #[command(subcommand)]
+    Bench(cmd::bench::Command),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +49,9 @@ fn main() -> ExitCode {
             Command::Zoo(command) => cmd::zoo::run(&command),
             Command::Run(args) => cmd::run::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
+            Command::Compare(args) => cmd::compare::run(&args),
+            Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
+            Command::Bench(command) => cmd::bench::run(&command),
         });
     match result {
         Ok(code) => code,

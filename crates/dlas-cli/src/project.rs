@@ -5,8 +5,13 @@ use dlas_core::Study;
 use dlas_devices::DeviceSpec;
 use std::path::{Path, PathBuf};
 
-/// Compilers this build can plan for.
-pub const COMPILERS: &[&str] = &["native"];
+/// Compilers this build can plan for: the native engine and the runtimes.
+pub fn compilers() -> Vec<String> {
+    std::iter::once("native")
+        .chain(dlas_backends::COMPILERS.iter().copied())
+        .map(String::from)
+        .collect()
+}
 /// The real device of this machine.
 pub const HOST: &str = "host";
 
@@ -55,6 +60,9 @@ impl Project {
     pub fn study(&self, name: &str, specs: &[DeviceSpec]) -> Result<Study> {
         let study = Study::load(name, &self.studies_dir())?;
         for (dataset, model) in study.models() {
+            if study.onnx_model(&model).is_some() {
+                continue;
+            }
             dlas_zoo::find(dataset, &model).map_err(|e| {
                 let entry = study
                     .datasets
@@ -70,8 +78,7 @@ impl Project {
         let mut devices: Vec<String> = specs.iter().map(|s| s.id.clone()).collect();
         devices.push(HOST.into());
         study.check_open_axis("device", &devices)?;
-        let compilers: Vec<String> = COMPILERS.iter().map(|c| c.to_string()).collect();
-        study.check_open_axis("compiler", &compilers)?;
+        study.check_open_axis("compiler", &compilers())?;
         Ok(study)
     }
 

@@ -41,7 +41,7 @@ fn fails(args: &[&str]) -> String {
 #[test]
 fn plan_count_matches_the_study() {
     let out = ok(&["plan", "--study", "dlas", "--count"]);
-    assert!(out.starts_with("study dlas: 1008 combinations\n"), "{out}");
+    assert!(out.starts_with("study dlas: 1104 combinations\n"), "{out}");
     assert!(
         out.contains("excluded by no-imagenet-tuning-on-hikey: 96"),
         "{out}"
@@ -137,9 +137,7 @@ fn zoo_list_and_export() {
 }
 
 #[test]
-fn host_without_backend_is_a_clear_error() {
-    let err = fails(&["run", "--study", "dlas", "--device", "host"]);
-    assert!(err.contains("device `host` needs a real backend"), "{err}");
+fn unknown_device_lists_valid_ones() {
     let err = fails(&["run", "--device", "tpu"]);
     assert!(
         err.contains("unknown device `tpu`; valid values: mock, host, "),
@@ -173,4 +171,139 @@ fn mocked_run_is_deterministic() {
         "dataset=cifar10,device=i7|xavier-gpu",
     ]);
     assert_eq!(text.lines().count(), 1 + planned.lines().count());
+}
+
+#[test]
+fn missing_onnx_runtime_is_one_clear_line_and_no_results_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("host.csv");
+    let output = Command::new(env!("CARGO_BIN_EXE_dlas"))
+        .env(
+            "ORT_DYLIB_PATH",
+            dir.path().join("nowhere/libonnxruntime.so"),
+        )
+        .args(["--root", root().to_str().unwrap()])
+        .args([
+            "run",
+            "--device",
+            "host",
+            "--compiler",
+            "ort-opt",
+            "--filter",
+            "model=resnet18",
+        ])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("nowhere/libonnxruntime.so does not exist; run `cargo xtask setup`"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "a results file was written");
+}
+
+#[test]
+fn user_model_with_wrong_hash_is_refused_before_measuring() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("mine.onnx");
+    std::fs::write(&model, b"not really onnx").unwrap();
+    let study = std::fs::read_to_string(root().join("data/studies/dlas.toml")).unwrap();
+    let study = format!(
+        "{study}\n[[onnx_model]]\nid = \"mine\"\ndataset = \"cifar10\"\npath = \"mine.onnx\"\nsha256 = \"{}\"\n",
+        "0".repeat(64)
+    );
+    let study_path = dir.path().join("mine.toml");
+    std::fs::write(&study_path, study).unwrap();
+    let out = dir.path().join("host.csv");
+    let err = fails(&[
+        "run",
+        "--study",
+        study_path.to_str().unwrap(),
+        "--device",
+        "host",
+        "--compiler",
+        "tract-opt",
+        "--filter",
+        "model=mine",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(err.contains("mine.onnx has sha256"), "{err}");
+    assert!(err.contains("refusing to run it"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn harness_overhead_is_under_budget() {
+    let out = ok(&["bench", "harness", "--runs", "2000"]);
+    assert!(
+        out.starts_with("harness overhead per timed run: median"),
+        "{out}"
+    );
+}
+
+/// kill -9 in the middle of a host run, then the same command again: the
+/// run resumes, nothing measured is lost and no row is duplicated.
+#[test]
+fn killed_host_run_resumes_without_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("host.csv");
+    let args = [
+        "run",
+        "--device",
+        "host",
+        "--compiler",
+        "tract-opt,tract-plain",
+        "--filter",
+        "dataset=cifar10,compression=dense",
+        "--runs",
+        "40",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlas"))
+        .arg("--root")
+        .arg(root())
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let rows = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0)
+    };
+    while rows(&out) < 2 && started.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = dlas_core::results::read_results(&out).unwrap();
+    assert!(
+        before.len() >= 2 && before.len() < 8,
+        "{} rows",
+        before.len()
+    );
+    ok(&args);
+    let after = dlas_core::results::read_results(&out).unwrap();
+    assert_eq!(after.len(), 8, "4 networks x 2 compilers");
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "measured rows were rewritten"
+    );
+    let mut ids: Vec<&str> = after.iter().map(|r| r.id.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 8, "duplicate rows");
+    let samples = std::fs::read_to_string(out.with_extension("samples.jsonl")).unwrap();
+    assert!(samples.lines().count() >= 8);
 }

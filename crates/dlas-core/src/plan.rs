@@ -72,6 +72,28 @@ pub fn format_level(level: f64) -> String {
     }
 }
 
+/// `--shard i/n`: the i-th of n disjoint parts of a plan (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Shard, String> {
+        let parsed = text
+            .split_once('/')
+            .and_then(|(i, n)| Some((i.trim().parse().ok()?, n.trim().parse().ok()?)));
+        match parsed {
+            Some((index, count)) if count > 0 && index < count => Ok(Shard { index, count }),
+            _ => Err(format!(
+                "`{text}` is not a shard; write i/n with 0 <= i < n, e.g. 0/4"
+            )),
+        }
+    }
+}
+
 /// The expanded plan and the bookkeeping of what the rules removed.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -157,6 +179,19 @@ impl Plan {
         self
     }
 
+    /// Keeps shard `index` of `count`: every `count`-th combination in plan
+    /// order, so shards are disjoint, cover the plan, and stay stable under
+    /// resumption.
+    pub fn shard(mut self, shard: Shard) -> Plan {
+        let mut i = 0;
+        self.combinations.retain(|_| {
+            let keep = i % shard.count == shard.index;
+            i += 1;
+            keep
+        });
+        self
+    }
+
     /// Distinct values per axis and how many combinations have each.
     pub fn counts(&self) -> BTreeMap<&'static str, BTreeMap<String, usize>> {
         let mut counts: BTreeMap<&'static str, BTreeMap<String, usize>> = BTreeMap::new();
@@ -226,6 +261,27 @@ mod tests {
             !(c.tuned && c.format.is_sparse() && c.device.ends_with("-gpu"))
                 && (c.format.is_sparse() == c.compression.is_pruning())
         }));
+    }
+
+    #[test]
+    fn shards_partition_the_plan() {
+        let plan = Plan::expand(&dlas_study());
+        let n = plan.combinations.len();
+        let mut seen: Vec<String> = (0..3)
+            .flat_map(|i| {
+                let shard: Shard = format!("{i}/3").parse().unwrap();
+                plan.clone()
+                    .shard(shard)
+                    .combinations
+                    .into_iter()
+                    .map(|c| c.id())
+            })
+            .collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), n);
+        assert!("3/3".parse::<Shard>().is_err());
+        assert!("x".parse::<Shard>().unwrap_err().contains("i/n"));
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub struct ResultRow {
     pub ci95_high_ms: Option<f64>,
     pub status: Status,
     pub reason: String,
+    /// The execution provider or executor that actually ran (real devices).
+    pub provider: String,
     /// Where the numbers come from: `mock:<model-version>` or an environment record id.
     pub source: String,
 }
@@ -121,6 +123,7 @@ impl ResultRow {
             ci95_high_ms: None,
             status,
             reason: reason.to_string(),
+            provider: String::new(),
             source: source.to_string(),
         }
     }

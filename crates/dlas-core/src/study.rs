@@ -26,6 +26,24 @@ pub struct Protocol {
     pub threads: usize,
     /// Root seed for weights, inputs and mocked-device noise.
     pub seed: u64,
+    /// Seconds one combination may take before it is recorded as failed.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: f64,
+}
+
+fn default_timeout() -> f64 {
+    600.0
+}
+
+/// A user's own ONNX model on the model axis, pinned by its sha256.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnnxModel {
+    pub id: Spanned<String>,
+    pub dataset: Dataset,
+    /// Relative to the study file's folder, or absolute.
+    pub path: PathBuf,
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -80,6 +98,8 @@ struct StudyFile {
     devices: Vec<Spanned<String>>,
     #[serde(default)]
     rule: Vec<Rule>,
+    #[serde(default)]
+    onnx_model: Vec<OnnxModel>,
 }
 
 /// The axes a rule or a filter may name.
@@ -112,6 +132,7 @@ pub struct Study {
     pub compilers: Vec<CompilerEntry>,
     pub devices: Vec<Spanned<String>>,
     pub rules: Vec<Rule>,
+    pub onnx_models: Vec<OnnxModel>,
     source: String,
 }
 
@@ -152,6 +173,7 @@ impl Study {
             compilers: file.compiler,
             devices: file.devices,
             rules: file.rule,
+            onnx_models: file.onnx_model,
             source: source.to_string(),
         };
         study.check()?;
@@ -168,6 +190,23 @@ impl Study {
 
     fn check(&self) -> Result<()> {
         let p = &self.protocol;
+        if p.timeout_s.is_nan() || p.timeout_s <= 0.0 {
+            bail!(
+                "{}: protocol.timeout_s must be a positive number of seconds",
+                self.path.display()
+            );
+        }
+        for m in &self.onnx_models {
+            let valid_hash =
+                m.sha256.len() == 64 && m.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            if !valid_hash {
+                bail!(
+                    "{}: onnx_model `{}` needs `sha256` as 64 hexadecimal digits",
+                    self.locate(m.id.span().start),
+                    m.id.get_ref()
+                );
+            }
+        }
         if p.runs == 0 {
             bail!("{}: protocol.runs must be at least 1", self.path.display());
         }
@@ -277,12 +316,35 @@ impl Study {
         Ok(())
     }
 
-    /// Every (dataset, model) pair, in study order.
+    /// Every (dataset, model) pair, in study order: the zoo networks of each
+    /// dataset, then the user's ONNX models.
     pub fn models(&self) -> Vec<(Dataset, String)> {
         self.datasets
             .iter()
             .flat_map(|d| d.models.iter().map(move |m| (d.id, m.get_ref().clone())))
+            .chain(
+                self.onnx_models
+                    .iter()
+                    .map(|m| (m.dataset, m.id.get_ref().clone())),
+            )
             .collect()
+    }
+
+    /// The user's ONNX model of that id, if the model is one.
+    pub fn onnx_model(&self, id: &str) -> Option<&OnnxModel> {
+        self.onnx_models.iter().find(|m| m.id.get_ref() == id)
+    }
+
+    /// Where a user's model file is: relative paths start at the study file's folder.
+    pub fn onnx_model_path(&self, model: &OnnxModel) -> PathBuf {
+        if model.path.is_absolute() {
+            model.path.clone()
+        } else {
+            self.path
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(&model.path)
+        }
     }
 
     /// The level of `compression` for `model`: the override, else the default, else 0.

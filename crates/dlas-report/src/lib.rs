@@ -7,6 +7,7 @@
 //! measures or plans anything.
 
 pub mod catalogue;
+pub mod compare;
 pub mod figure;
 pub mod table;
 

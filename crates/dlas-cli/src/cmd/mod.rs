@@ -1,5 +1,8 @@
 //! One module per subcommand.
 
+pub mod bench;
+pub mod compare;
+pub mod crosscheck;
 pub mod plan;
 pub mod reproduce;
 pub mod run;

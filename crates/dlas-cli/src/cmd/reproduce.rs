@@ -46,6 +46,12 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     }];
     let mut rows = mock_rows;
     let mut files = vec![artifacts[0].path.display().to_string()];
+    // Recorded real runs committed beside the mocked results.
+    let recorded = project.results_dir(&study).join("host.csv");
+    if recorded.is_file() {
+        rows.extend(results::read_results(&recorded)?);
+        files.push(recorded.strip_prefix(&project.root)?.display().to_string());
+    }
     for path in &args.results {
         rows.extend(results::read_results(path)?);
         files.push(path.display().to_string());

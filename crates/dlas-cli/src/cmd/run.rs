@@ -1,26 +1,52 @@
-//! `dlas run`: measure a study's combinations and write a results file.
+//! `dlas run`: measure a study's combinations and write results.
+//!
+//! Mocked devices are computed, so their results file is regenerated whole;
+//! the host is measured, so its results file is appended to and resumed.
 
 use crate::project::{HOST, Project};
 use anyhow::{Result, bail};
-use dlas_core::{Filter, Plan, Study, results};
+use dlas_core::{Filter, Plan, Shard, Study, results};
 use dlas_devices::{DeviceSpec, MockProtocol, run_mocked};
+use dlas_runner::timing::Protocol;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
     #[arg(long, default_value = "dlas")]
     study: String,
-    /// `mock` (every mocked device), `host`, or device ids separated by commas.
+    /// `mock` (every mocked device), `host`, or mocked device ids separated by commas.
     #[arg(long)]
     device: String,
+    /// Compilers to run, separated by commas (a shorthand for --filter compiler=…).
+    #[arg(long)]
+    compiler: Option<String>,
     /// Select combinations: axis=value[|value][,axis=value…].
     #[arg(long, default_value = "")]
     filter: String,
     /// Timed runs per combination (default: the study's protocol).
     #[arg(long)]
     runs: Option<usize>,
-    /// Results file (default: data/results/<study>/mock.csv for mocked devices).
+    /// Warm-up runs, discarded (default: the study's protocol).
+    #[arg(long)]
+    warmup: Option<usize>,
+    /// Intra-op threads (default: the study's protocol; 0 = one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Batch sizes separated by commas (default: the study's protocol).
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
+    /// Seconds one combination may take before it is recorded as failed.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Re-measure a combination up to N times while its CV exceeds 5%.
+    #[arg(long, default_value_t = 0)]
+    remeasure_unstable: usize,
+    /// Run only shard i of n (0-based), e.g. 0/4.
+    #[arg(long)]
+    shard: Option<Shard>,
+    /// Results file (default: data/results/<study>/mock.csv or host.csv).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Print what would run without running it.
@@ -46,14 +72,23 @@ pub fn mocked_results(
 
 pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let specs = project.specs()?;
-    let study = project.study(&args.study, &specs)?;
+    let mut study = project.study(&args.study, &specs)?;
+    if !args.batch.is_empty() {
+        if args.batch.contains(&0) {
+            bail!("--batch sizes must be at least 1");
+        }
+        study.protocol.batch = args.batch.clone();
+    }
+    if args.runs == Some(0) {
+        bail!("--runs must be at least 1");
+    }
     let mut filter_text = args.filter.clone();
-    match args.device.as_str() {
-        "mock" => {}
-        HOST => bail!(
-            "device `host` needs a real backend, and this build has none yet; \
-             run the mocked devices with --device mock"
-        ),
+    if let Some(compilers) = &args.compiler {
+        filter_text = format!("{filter_text},compiler={}", compilers.replace(',', "|"));
+    }
+    let host = match args.device.as_str() {
+        "mock" => false,
+        HOST => true,
         list => {
             for id in list.split(',') {
                 if !specs.iter().any(|s| s.id == id) {
@@ -65,32 +100,90 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
                 }
             }
             filter_text = format!("{filter_text},device={}", list.replace(',', "|"));
+            false
         }
-    }
-    if args.runs == Some(0) {
-        bail!("--runs must be at least 1");
+    };
+    if host {
+        filter_text = format!("{filter_text},device={HOST}");
     }
     let filter = Filter::parse(&filter_text)?;
     filter.check(&study)?;
+    let mut plan = Plan::expand(&study).filtered(&filter);
+    if let Some(shard) = args.shard {
+        plan = plan.shard(shard);
+    }
+    if !host {
+        plan.combinations
+            .retain(|c| dlas_devices::is_mocked(c, &specs));
+    }
     if args.dry_run {
-        let plan = Plan::expand(&study).filtered(&filter);
-        let mocked = plan
-            .combinations
-            .iter()
-            .filter(|c| dlas_devices::is_mocked(c, &specs))
-            .count();
+        for c in &plan.combinations {
+            println!("{} {}", c.id(), c.canonical());
+        }
         println!(
-            "would run {mocked} mocked combinations of study {}",
+            "would run {} combinations of study {}",
+            plan.combinations.len(),
             study.name
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let rows = mocked_results(&study, &specs, &filter, args.runs)?;
+    if host {
+        return run_host(project, &study, &plan, args);
+    }
+    let protocol = MockProtocol {
+        warmup: args.warmup.unwrap_or(study.protocol.warmup),
+        runs: args.runs.unwrap_or(study.protocol.runs),
+        seed: study.protocol.seed,
+    };
+    let rows = run_mocked(&plan.combinations, &specs, protocol)?;
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| project.results_dir(&study).join("mock.csv"));
     dlas_core::atomic::write_atomic(&out, &results::to_csv(&rows)?)?;
     println!("{} results written to {}", rows.len(), out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Result<ExitCode> {
+    let threads = match args.threads.unwrap_or(study.protocol.threads) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let config = dlas_runner::HostConfig {
+        project_root: project.root.clone(),
+        results: args
+            .out
+            .clone()
+            .unwrap_or_else(|| project.results_dir(study).join("host.csv")),
+        threads,
+        protocol: Protocol {
+            warmup: args.warmup.unwrap_or(study.protocol.warmup),
+            runs: args.runs.unwrap_or(study.protocol.runs),
+            timeout: Duration::from_secs_f64(args.timeout.unwrap_or(study.protocol.timeout_s)),
+        },
+        remeasure_unstable: args.remeasure_unstable,
+        seed: study.protocol.seed,
+    };
+    let report = dlas_runner::run_host(study, &plan.combinations, &config)?;
+    println!(
+        "{}: {} measured, {} unstable, {} failed, {} already done",
+        config.results.display(),
+        report.measured,
+        report.unstable,
+        report.failed,
+        report.already_done
+    );
+    if let Some(env) = &report.environment {
+        println!("environment: {}", env.display());
+    }
+    for (reason, n) in &report.not_run {
+        eprintln!("not run here ({n}): {reason}");
+    }
+    let attempted = report.measured + report.unstable + report.failed + report.already_done;
+    if attempted == 0 && !report.not_run.is_empty() {
+        eprintln!("error: none of the selected combinations can run here (reasons above)");
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,69 @@
+//! tract: `tract-plain` runs the typed, decluttered model; `tract-opt` the
+//! optimized one (`into_optimized`), with tract's multithreaded executor.
+
+use crate::{Session, SessionConfig};
+use anyhow::{Context, Result};
+use std::path::Path;
+use tract_onnx::prelude::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Typed and decluttered, not optimized: the uncompiled graph.
+    Plain,
+    /// `into_optimized`: tract's compiled plan.
+    Optimized,
+}
+
+struct TractSession {
+    plan: std::sync::Arc<TypedRunnableModel>,
+    shape: [usize; 4],
+    level: Level,
+    threads: usize,
+}
+
+pub fn load(model: &Path, config: &SessionConfig, level: Level) -> Result<Box<dyn Session>> {
+    let shape = config.input_shape;
+    let inference = tract_onnx::onnx()
+        .model_for_path(model)
+        .with_context(|| format!("tract cannot read {}", model.display()))?
+        .with_input_fact(0, f32::fact(shape).into())?;
+    let typed = inference
+        .into_typed()
+        .and_then(|m| m.into_decluttered())
+        .with_context(|| format!("tract cannot type {}", model.display()))?;
+    let typed = match level {
+        Level::Plain => typed,
+        Level::Optimized => typed
+            .into_optimized()
+            .with_context(|| format!("tract cannot optimize {}", model.display()))?,
+    };
+    let options = RunOptions {
+        executor: (config.threads > 1)
+            .then(|| tract_linalg::multithread::Executor::multithread(config.threads)),
+        ..Default::default()
+    };
+    let plan = typed.into_runnable_with_options(&options)?;
+    Ok(Box::new(TractSession {
+        plan,
+        shape,
+        level,
+        threads: config.threads,
+    }))
+}
+
+impl Session for TractSession {
+    fn run(&mut self, input: &[f32]) -> Result<Vec<f32>> {
+        let tensor = Tensor::from_shape(&self.shape, input)?;
+        let outputs = self.plan.run(tvec!(tensor.into()))?;
+        let view = outputs[0].to_plain_array_view::<f32>()?;
+        Ok(view.iter().copied().collect())
+    }
+
+    fn provider(&self) -> String {
+        let level = match self.level {
+            Level::Plain => "plain",
+            Level::Optimized => "optimized",
+        };
+        format!("tract {level}, {} thread(s)", self.threads)
+    }
+}

@@ -1,0 +1,172 @@
+//! The environment record: what machine and software produced a results
+//! file. Its id (a hash of its content) is the `source` of every row, so a
+//! number can always be traced to the machine, toolchain and protocol.
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// Versions pinned in the workspace's Cargo.toml (`=` requirements).
+pub const TRACT_VERSION: &str = "0.23.9";
+pub const ORT_CRATE_VERSION: &str = "2.0.0-rc.15";
+
+/// CPU features that matter to kernels, when present.
+const FLAGS_OF_INTEREST: &[&str] = &[
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_tile",
+    "asimd",
+    "asimddp",
+    "fphp",
+    "sve",
+];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub cpu_model: String,
+    pub cpu_flags: Vec<String>,
+    pub logical_cpus: usize,
+    pub frequency_governor: String,
+    pub os: String,
+    pub kernel: String,
+    pub rustc: String,
+    pub dlas_version: String,
+    pub tract_version: String,
+    pub ort_crate_version: String,
+    /// ONNX Runtime build information and library hash, or why it is absent.
+    pub onnxruntime: String,
+    pub git_revision: String,
+    /// The measurement protocol, as `key=value` pairs.
+    pub protocol: Vec<(String, String)>,
+}
+
+impl Environment {
+    /// Detects the machine and software; `onnxruntime` comes from the caller
+    /// (it depends on whether the library was loaded).
+    pub fn detect(
+        project_root: &Path,
+        onnxruntime: String,
+        protocol: Vec<(String, String)>,
+    ) -> Environment {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let field = |name: &str| {
+            cpuinfo
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        };
+        let flags: Vec<String> = field("flags")
+            .or_else(|| field("Features"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter(|f| FLAGS_OF_INTEREST.contains(f))
+            .map(String::from)
+            .collect();
+        let os = std::fs::read_to_string("/etc/os-release")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+            .map(|v| v.trim_matches('"').to_string())
+            .unwrap_or_else(|| std::env::consts::OS.to_string());
+        Environment {
+            cpu_model: field("model name")
+                .or_else(|| field("Hardware"))
+                .unwrap_or_else(|| "unknown".into()),
+            cpu_flags: flags,
+            logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            frequency_governor: read_trimmed(
+                "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+            )
+            .unwrap_or_else(|| "not readable".into()),
+            os,
+            kernel: read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
+            rustc: env!("DLAS_RUSTC_VERSION").into(),
+            dlas_version: env!("CARGO_PKG_VERSION").into(),
+            tract_version: TRACT_VERSION.into(),
+            ort_crate_version: ORT_CRATE_VERSION.into(),
+            onnxruntime,
+            git_revision: git_revision(project_root),
+            protocol,
+        }
+    }
+
+    /// `env-` and the first 12 hex digits of the sha256 of the record's JSON.
+    pub fn id(&self) -> String {
+        let json = serde_json::to_vec(self).expect("the record serialises");
+        format!("env-{}", &hex::encode(Sha256::digest(&json))[..12])
+    }
+
+    /// Writes `<dir>/<id>.json` (atomically) and returns its path.
+    pub fn save(&self, dir: &Path) -> Result<std::path::PathBuf> {
+        let path = dir.join(format!("{}.json", self.id()));
+        let mut json = serde_json::to_string_pretty(self)?;
+        json.push('\n');
+        dlas_core::atomic::write_if_changed(&path, json.as_bytes())?;
+        Ok(path)
+    }
+
+    pub fn load(path: &Path) -> Result<Environment> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read environment record {}: {e}", path.display())
+        })?;
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not an environment record: {e}", path.display()))
+    }
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn git_revision(root: &Path) -> String {
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match run(&["rev-parse", "HEAD"]) {
+        Some(rev) => {
+            let dirty = run(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty { format!("{rev}-dirty") } else { rev }
+        }
+        None => "not a git checkout".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_depends_on_content_only() {
+        let a = Environment::detect(
+            Path::new("."),
+            "none".into(),
+            vec![("runs".into(), "3".into())],
+        );
+        let b = a.clone();
+        assert_eq!(a.id(), b.id());
+        let mut c = a.clone();
+        c.protocol[0].1 = "4".into();
+        assert_ne!(a.id(), c.id());
+        assert!(a.id().starts_with("env-") && a.id().len() == 16);
+        let dir = tempfile::tempdir().unwrap();
+        let path = a.save(dir.path()).unwrap();
+        assert_eq!(Environment::load(&path).unwrap(), a);
+    }
+}

@@ -1,0 +1,18 @@
+//! The runner: turns a plan into results on real and mocked devices, with a
+//! measurement protocol a reviewer can trust and a store that never loses a
+//! measurement.
+//!
+//! - [`timing`]: the timed loop (warm-up discarded, monotonic clock, every sample kept).
+//! - [`store`]: append-only results and samples files; resuming skips what is done.
+//! - [`environment`]: the record of the machine and software each run used.
+//! - [`models`]: the ONNX file of a combination, generated or the user's, hash-checked.
+//! - [`run`]: the loop over combinations, with failures isolated and progress shown.
+
+pub mod crosscheck;
+pub mod environment;
+pub mod models;
+pub mod run;
+pub mod store;
+pub mod timing;
+
+pub use run::{HostConfig, RunReport, run_host};

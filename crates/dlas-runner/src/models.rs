@@ -1,0 +1,110 @@
+//! The ONNX file behind a combination: a zoo network generated into the
+//! cache and checked against `data/models.lock`, or a user's model checked
+//! against the sha256 the study gives. A file that does not match is never used.
+
+use anyhow::{Context, Result, bail};
+use dlas_core::{Combination, Study};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The seed of the pinned zoo models (`data/models.lock`).
+pub const MODEL_SEED: u64 = 2023;
+
+/// Resolves and verifies model files, each at most once per process.
+pub struct Models {
+    root: PathBuf,
+    lock: HashMap<String, String>,
+    verified: HashMap<String, PathBuf>,
+}
+
+impl Models {
+    pub fn new(project_root: &Path) -> Result<Models> {
+        let lock_path = project_root.join("data/models.lock");
+        let text = std::fs::read_to_string(&lock_path)
+            .with_context(|| format!("cannot read {}", lock_path.display()))?;
+        let lock = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let (hash, file) = l.split_once("  ")?;
+                Some((file.trim().to_string(), hash.trim().to_string()))
+            })
+            .collect();
+        Ok(Models {
+            root: project_root.to_path_buf(),
+            lock,
+            verified: HashMap::new(),
+        })
+    }
+
+    /// The verified ONNX file of a combination's model.
+    pub fn path(&mut self, study: &Study, c: &Combination) -> Result<PathBuf> {
+        let key = format!("{}-{}", c.dataset, c.model);
+        if let Some(path) = self.verified.get(&key) {
+            return Ok(path.clone());
+        }
+        let path = match study.onnx_model(&c.model) {
+            Some(user) => {
+                let path = study.onnx_model_path(user);
+                if !path.is_file() {
+                    bail!(
+                        "model file {} (onnx_model `{}` in {}) does not exist; fix its `path`",
+                        path.display(),
+                        c.model,
+                        study.path.display()
+                    );
+                }
+                check_hash(
+                    &path,
+                    &user.sha256,
+                    &format!("the sha256 given in {}", study.path.display()),
+                )?;
+                path
+            }
+            None => self.zoo_model(c)?,
+        };
+        self.verified.insert(key, path.clone());
+        Ok(path)
+    }
+
+    fn zoo_model(&self, c: &Combination) -> Result<PathBuf> {
+        let file = format!("{}-{}.onnx", c.dataset, c.model);
+        let expected = self.lock.get(&file).with_context(|| {
+            format!("data/models.lock pins no {file}; run `cargo xtask verify --update`")
+        })?;
+        let path = self.root.join(".cache/models").join(&file);
+        if !path.exists() {
+            let net = dlas_zoo::find(c.dataset, &c.model)?;
+            let graph = (net.build)();
+            let bytes = dlas_onnx::export(&graph, &dlas_zoo::weights::generate(&graph, MODEL_SEED));
+            dlas_core::atomic::write_atomic(&path, &bytes)?;
+        }
+        check_hash(&path, expected, "data/models.lock")
+            .map_err(|e| anyhow::anyhow!("{e}; delete the file and it is regenerated"))?;
+        Ok(path)
+    }
+}
+
+fn check_hash(path: &Path, expected: &str, pinned_by: &str) -> Result<()> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read model {}", path.display()))?;
+    let actual = hex::encode(Sha256::digest(&bytes));
+    if !actual.eq_ignore_ascii_case(expected) {
+        bail!(
+            "model {} has sha256 {actual}, but {pinned_by} pins {expected}: refusing to run it",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// The seeded input batch of a combination, shaped (batch, 3, h, w).
+pub fn input(c: &Combination, seed: u64) -> Vec<f32> {
+    use rand::Rng;
+    let [ch, h, w] = c.dataset.input_chw();
+    let mut rng = dlas_zoo::weights::stream(seed, &c.model, "input");
+    (0..c.batch * ch * h * w)
+        .map(|_| rng.random::<f32>())
+        .collect()
+}
