@@ -41,8 +41,17 @@ pub fn run_mocked(
         };
         let key = (c.dataset, c.model.clone());
         if !graphs.contains_key(&key) {
-            let graph = (dlas_zoo::find(c.dataset, &c.model)?.build)();
-            graphs.insert(key.clone(), graph);
+            let Ok(network) = dlas_zoo::find(c.dataset, &c.model) else {
+                rows.push(ResultRow::without_timing(
+                    c,
+                    protocol.warmup,
+                    Status::Skipped,
+                    "mocked devices model the zoo's networks; this is a user's ONNX model",
+                    &device.source(),
+                ));
+                continue;
+            };
+            graphs.insert(key.clone(), (network.build)());
         }
         let workload = Workload::new(&graphs[&key], c);
         let row = match device.measure(c, &workload, protocol.runs, protocol.seed) {

@@ -17,6 +17,18 @@ pub struct Inputs<'a> {
     pub specs: &'a [DeviceSpec],
     /// Files the results were read from, named in footers.
     pub result_files: Vec<String>,
+    /// The measured machines behind real results.
+    pub hosts: Vec<HostSummary>,
+}
+
+/// What Table 1 shows of a measured machine (from its environment record).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostSummary {
+    pub environment: String,
+    pub cpu_model: String,
+    pub logical_cpus: usize,
+    pub cpu_flags: Vec<String>,
+    pub os: String,
 }
 
 /// What to regenerate.
@@ -122,10 +134,31 @@ fn hardware(inputs: &Inputs) -> Table {
             ]
         })
         .collect();
+    let mut rows: Vec<Vec<String>> = rows;
+    for host in &inputs.hosts {
+        rows.push(vec![
+            format!("host ({})", host.environment),
+            format!(
+                "{}; {}; flags: {}",
+                host.cpu_model,
+                host.os,
+                host.cpu_flags.join(" ")
+            ),
+            "CPU (measured)".into(),
+            host.logical_cpus.to_string(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ]);
+    }
     let unmodelled: Vec<&str> = study_devices
         .iter()
         .copied()
         .filter(|d| !inputs.specs.iter().any(|s| s.id == *d))
+        .filter(|_| inputs.hosts.is_empty())
         .collect();
     Table {
         number: 1,

@@ -11,6 +11,6 @@ pub mod compare;
 pub mod figure;
 pub mod table;
 
-pub use catalogue::{Artifact, Inputs, Selection, build};
+pub use catalogue::{Artifact, HostSummary, Inputs, Selection, build};
 pub use figure::FigureData;
 pub use table::Table;

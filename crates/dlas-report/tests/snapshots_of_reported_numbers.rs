@@ -21,6 +21,7 @@ fn with_inputs(f: impl FnOnce(&Inputs)) {
         results: &rows,
         specs: &specs,
         result_files: vec!["data/results/dlas/mock.csv".into()],
+        hosts: vec![],
     };
     f(&inputs);
 }

@@ -43,6 +43,9 @@ pub struct Environment {
     /// ONNX Runtime build information and library hash, or why it is absent.
     pub onnxruntime: String,
     pub git_revision: String,
+    /// 1-minute load average when the run started: other work on the machine
+    /// shows up here rather than silently in the timings.
+    pub load_average: String,
     /// The measurement protocol, as `key=value` pairs.
     pub protocol: Vec<(String, String)>,
 }
@@ -94,6 +97,9 @@ impl Environment {
             ort_crate_version: ORT_CRATE_VERSION.into(),
             onnxruntime,
             git_revision: git_revision(project_root),
+            load_average: read_trimmed("/proc/loadavg")
+                .and_then(|l| l.split_whitespace().next().map(String::from))
+                .unwrap_or_else(|| "not readable".into()),
             protocol,
         }
     }

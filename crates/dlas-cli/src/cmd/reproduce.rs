@@ -5,7 +5,7 @@ use crate::cmd::run::mocked_results;
 use crate::project::Project;
 use anyhow::{Result, bail};
 use dlas_core::{Filter, results};
-use dlas_report::{Artifact, Inputs, Selection};
+use dlas_report::{Artifact, HostSummary, Inputs, Selection};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -46,10 +46,29 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     }];
     let mut rows = mock_rows;
     let mut files = vec![artifacts[0].path.display().to_string()];
-    // Recorded real runs committed beside the mocked results.
+    // Recorded real runs committed beside the mocked results, and the
+    // environment records they name.
+    let mut hosts = Vec::new();
     let recorded = project.results_dir(&study).join("host.csv");
     if recorded.is_file() {
-        rows.extend(results::read_results(&recorded)?);
+        let host_rows = results::read_results(&recorded)?;
+        let envs: std::collections::BTreeSet<&str> = host_rows
+            .iter()
+            .map(|r| r.source.as_str())
+            .filter(|s| s.starts_with("env-"))
+            .collect();
+        for id in envs {
+            let path = project.results_dir(&study).join(format!("{id}.json"));
+            let env = dlas_runner::environment::Environment::load(&path)?;
+            hosts.push(HostSummary {
+                environment: id.to_string(),
+                cpu_model: env.cpu_model,
+                logical_cpus: env.logical_cpus,
+                cpu_flags: env.cpu_flags,
+                os: env.os,
+            });
+        }
+        rows.extend(host_rows);
         files.push(recorded.strip_prefix(&project.root)?.display().to_string());
     }
     for path in &args.results {
@@ -61,6 +80,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         results: &rows,
         specs: &specs,
         result_files: files,
+        hosts,
     };
     artifacts.extend(dlas_report::build(&inputs, selection)?);
     let mut differing = Vec::new();
