@@ -5,5 +5,7 @@
 //! graph IR (the native engine, compression) compile in seconds.
 
 pub mod export;
+pub mod import;
 
 pub use export::{INPUT, OPSET, OUTPUT, decode, export, model};
+pub use import::import;
