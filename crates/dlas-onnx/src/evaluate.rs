@@ -82,3 +82,50 @@ pub fn run_bytes(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::{export, export_with};
+    use dlas_core::Dataset;
+    use dlas_zoo::{Op, weights};
+
+    fn net(name: &str) -> (Graph, Weights) {
+        let g = (dlas_zoo::find(Dataset::Cifar10, name).unwrap().build)();
+        let w = weights::generate(&g, 1);
+        (g, w)
+    }
+
+    #[test]
+    fn default_options_give_exports_bytes() {
+        let (g, w) = net("mobilenetv2");
+        assert_eq!(export_with(&g, &w, &ExportOptions::default()).unwrap(), export(&g, &w));
+    }
+
+    /// Declaring intermediate outputs changes nothing about the result, and
+    /// each node's tensor has its shape and its operator's signature.
+    #[test]
+    fn per_node_outputs_match_the_graph() {
+        let (g, w) = net("resnet18");
+        let x = weights::input(&g, 4, 2);
+        let plain = evaluate(&g, &w, &ExportOptions::default(), &x, 2, false).unwrap();
+        let full = evaluate(&g, &w, &ExportOptions::default(), &x, 2, true).unwrap();
+        assert_eq!(plain.output, full.output);
+        let nodes = full.nodes.unwrap();
+        assert_eq!(nodes.len(), g.nodes.len());
+        for (node, values) in g.nodes.iter().zip(&nodes) {
+            assert_eq!(values.len(), 2 * node.shape.iter().product::<usize>(), "{}", node.name);
+            if node.op == Op::Relu {
+                assert!(values.iter().all(|v| *v >= 0.0), "{}", node.name);
+            }
+        }
+        assert_eq!(nodes[0], x);
+    }
+
+    #[test]
+    fn an_input_of_the_wrong_size_is_refused() {
+        let (g, w) = net("mobilenetv1");
+        let e = evaluate(&g, &w, &ExportOptions::default(), &[0.0; 100], 1, false).unwrap_err();
+        assert!(e.to_string().contains("3x32x32"), "{e}");
+    }
+}
