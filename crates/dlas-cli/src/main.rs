@@ -32,6 +32,10 @@ enum Command {
     Run(cmd::run::Args),
     /// Regenerate figures and tables (and the mocked results behind them).
     Reproduce(cmd::reproduce::Args),
+    /// Compress a network (pruning, fp16, int8), write its ONNX and report on it.
+    Compress(cmd::compress::Args),
+    /// Compress a network at every level of its technique's schedule: one CSV row per level.
+    Sweep(cmd::compress::SweepArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +46,8 @@ fn main() -> ExitCode {
             Command::Zoo(command) => cmd::zoo::run(&command),
             Command::Run(args) => cmd::run::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
+            Command::Compress(args) => cmd::compress::run(&project, &args),
+            Command::Sweep(args) => cmd::compress::sweep(&args),
         });
     match result {
         Ok(code) => code,

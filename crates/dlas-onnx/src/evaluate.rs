@@ -99,7 +99,10 @@ mod tests {
     #[test]
     fn default_options_give_exports_bytes() {
         let (g, w) = net("mobilenetv2");
-        assert_eq!(export_with(&g, &w, &ExportOptions::default()).unwrap(), export(&g, &w));
+        assert_eq!(
+            export_with(&g, &w, &ExportOptions::default()).unwrap(),
+            export(&g, &w)
+        );
     }
 
     /// Declaring intermediate outputs changes nothing about the result, and
@@ -114,7 +117,12 @@ mod tests {
         let nodes = full.nodes.unwrap();
         assert_eq!(nodes.len(), g.nodes.len());
         for (node, values) in g.nodes.iter().zip(&nodes) {
-            assert_eq!(values.len(), 2 * node.shape.iter().product::<usize>(), "{}", node.name);
+            assert_eq!(
+                values.len(),
+                2 * node.shape.iter().product::<usize>(),
+                "{}",
+                node.name
+            );
             if node.op == Op::Relu {
                 assert!(values.iter().all(|v| *v >= 0.0), "{}", node.name);
             }

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod compress;
 pub mod plan;
 pub mod reproduce;
 pub mod run;
