@@ -36,6 +36,8 @@ enum Command {
     Compress(cmd::compress::Args),
     /// Compress a network at every level of its technique's schedule: one CSV row per level.
     Sweep(cmd::compress::SweepArgs),
+    /// Top-1 and top-5 accuracy of an ONNX model on a CIFAR-10 or ImageNet folder.
+    Accuracy(cmd::accuracy::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
             Command::Compress(args) => cmd::compress::run(&project, &args),
             Command::Sweep(args) => cmd::compress::sweep(&args),
+            Command::Accuracy(args) => cmd::accuracy::run(&args),
         });
     match result {
         Ok(code) => code,

@@ -127,3 +127,43 @@ fn bad_levels_and_values_are_one_line_errors() {
     ]);
     assert!(e.contains("no levels"), "{e}");
 }
+
+#[test]
+fn accuracy_of_an_exported_model_on_a_cifar_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.onnx");
+    ok(&[
+        "zoo",
+        "export",
+        "mobilenetv1",
+        "--dataset",
+        "cifar10",
+        "--out",
+        model.to_str().unwrap(),
+    ]);
+    let mut bytes = Vec::new();
+    for label in 0..4u8 {
+        bytes.push(label);
+        bytes.extend((0..3072).map(|i| (i * 7 + label as usize * 31) as u8));
+    }
+    std::fs::write(dir.path().join("test_batch.bin"), bytes).unwrap();
+    let data = format!("cifar10:{}", dir.path().display());
+    let out = ok(&[
+        "accuracy",
+        "--model",
+        model.to_str().unwrap(),
+        "--dataset",
+        &data,
+        "--limit",
+        "3",
+    ]);
+    assert!(out.contains("(3 samples): top-1 "), "{out}");
+    let e = fails(&[
+        "accuracy",
+        "--model",
+        model.to_str().unwrap(),
+        "--dataset",
+        &format!("imagenet:{}", dir.path().display()),
+    ]);
+    assert!(e.contains("one sub-folder per class"), "{e}");
+}

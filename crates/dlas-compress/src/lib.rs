@@ -9,6 +9,7 @@
 //! dense model is measured through the [`Evaluator`] trait, so the tract
 //! reference evaluator and, later, the native engine give comparable reports.
 
+pub mod accuracy;
 pub mod channels;
 pub mod compress;
 pub mod evaluator;

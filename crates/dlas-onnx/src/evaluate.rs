@@ -63,24 +63,74 @@ pub fn run_bytes(
     shape: &[usize],
     input: &[f32],
 ) -> anyhow::Result<Vec<Vec<f32>>> {
-    let tensor = Tensor::from_shape(shape, input)?;
-    let (fact, tensor) = match dtype {
-        Dtype::F32 => (f32::fact(shape), tensor),
-        Dtype::F16 => (f16::fact(shape), tensor.cast_to::<f16>()?.into_owned()),
-    };
-    let plan = tract_onnx::onnx()
-        .model_for_read(&mut &bytes[..])?
-        .with_input_fact(0, fact.into())?
-        .into_optimized()?
-        .into_runnable()?;
-    let outputs = plan.run(tvec!(tensor.into()))?;
-    outputs
-        .iter()
-        .map(|t| {
-            let t = t.cast_to::<f32>()?;
-            Ok(t.to_plain_array_view::<f32>()?.iter().copied().collect())
+    Runner::new(bytes, dtype, shape)?.run(input)
+}
+
+/// An ONNX model optimised by tract for one input shape, to run many inputs.
+pub struct Runner {
+    plan: Arc<TypedSimplePlan>,
+    dtype: Dtype,
+    shape: Vec<usize>,
+}
+
+impl Runner {
+    /// Loads and optimises `bytes` for inputs of `shape` in `dtype`.
+    pub fn new(bytes: &[u8], dtype: Dtype, shape: &[usize]) -> anyhow::Result<Runner> {
+        let fact = match dtype {
+            Dtype::F32 => f32::fact(shape),
+            Dtype::F16 => f16::fact(shape),
+        };
+        let plan = tract_onnx::onnx()
+            .model_for_read(&mut &bytes[..])?
+            .with_input_fact(0, fact.into())?
+            .into_optimized()?
+            .into_runnable()?;
+        Ok(Runner {
+            plan,
+            dtype,
+            shape: shape.to_vec(),
         })
-        .collect()
+    }
+
+    /// The float type a model declares for its input.
+    pub fn input_dtype(bytes: &[u8]) -> anyhow::Result<Dtype> {
+        use tract_onnx::pb::{tensor_proto::DataType, type_proto};
+        let model = crate::export::decode(bytes)?;
+        let elem = model
+            .graph
+            .as_ref()
+            .and_then(|g| g.input.first())
+            .and_then(|i| i.r#type.as_ref())
+            .and_then(|t| match &t.value {
+                Some(type_proto::Value::TensorType(t)) => Some(t.elem_type),
+                _ => None,
+            })
+            .ok_or_else(|| anyhow::anyhow!("the model declares no tensor input"))?;
+        match elem {
+            e if e == DataType::Float as i32 => Ok(Dtype::F32),
+            e if e == DataType::Float16 as i32 => Ok(Dtype::F16),
+            e => anyhow::bail!(
+                "the model's input has ONNX element type {e}; expected float or float16"
+            ),
+        }
+    }
+
+    /// Runs one input (flattened, of the runner's shape); returns every output as float32.
+    pub fn run(&self, input: &[f32]) -> anyhow::Result<Vec<Vec<f32>>> {
+        let tensor = Tensor::from_shape(&self.shape, input)?;
+        let tensor = match self.dtype {
+            Dtype::F32 => tensor,
+            Dtype::F16 => tensor.cast_to::<f16>()?.into_owned(),
+        };
+        let outputs = self.plan.run(tvec!(tensor.into()))?;
+        outputs
+            .iter()
+            .map(|t| {
+                let t = t.cast_to::<f32>()?;
+                Ok(t.to_plain_array_view::<f32>()?.iter().copied().collect())
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 pub mod evaluate;
 pub mod export;
 
-pub use evaluate::{Evaluation, evaluate, run_bytes};
+pub use evaluate::{Evaluation, Runner, evaluate, run_bytes};
 pub use export::{
     ActivationQuant, Dtype, ExportOptions, INPUT, OPSET, OUTPUT, Qdq, WeightQuant, decode, export,
     export_with, model, model_with, tensor_name,

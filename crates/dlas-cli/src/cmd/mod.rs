@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod accuracy;
 pub mod compress;
 pub mod plan;
 pub mod reproduce;
