@@ -42,8 +42,8 @@ fn cifar10_binary_records_with_known_labels() {
     // Three correct labels and one wrong: 75% top-1, 100% top-5.
     for (label, colour) in [(0u8, 0), (1, 1), (2, 2), (1, 0)] {
         bytes.push(label);
-        for c in 0..3 {
-            bytes.extend(std::iter::repeat_n(COLOURS[colour][c], 1024));
+        for value in COLOURS[colour] {
+            bytes.extend(std::iter::repeat_n(value, 1024));
         }
     }
     std::fs::write(dir.path().join("test_batch.bin"), &bytes).unwrap();
