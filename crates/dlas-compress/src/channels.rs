@@ -413,6 +413,80 @@ mod tests {
         }
     }
 
+    fn assert_equivalent(g: &Graph, w: &Weights, level: f64, batch: usize) {
+        let (zg, zw) = prune_channels(g, w, level, Removal::Zero).unwrap();
+        let (rg, rw) = prune_channels(g, w, level, Removal::Remove).unwrap();
+        check_weights(&rg, &rw).unwrap();
+        assert!(rg.params() < g.params(), "{}", g.name);
+        let x = weights::input(g, 5, batch);
+        let z = Tract
+            .evaluate(&zg, &zw, &Numerics::F32, &x, batch, false)
+            .unwrap()
+            .output;
+        let r = Tract
+            .evaluate(&rg, &rw, &Numerics::F32, &x, batch, false)
+            .unwrap()
+            .output;
+        let scale = z.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1.0);
+        for (a, b) in z.iter().zip(&r) {
+            assert!((a - b).abs() <= 1e-4 * scale, "{}: {a} vs {b}", g.name);
+        }
+    }
+
+    /// Concatenations with pre-activation batch norm, as in DenseNet: a
+    /// channel of a concat input is the same channel of the concat output,
+    /// read by several batch norms.
+    #[test]
+    fn removal_equals_zeroing_through_concatenations() {
+        let mut b = GraphBuilder::new("dense-block", Dataset::Cifar10);
+        let mut x = b.conv(0, 16, 3, 1, 1, 1, false);
+        for _ in 0..3 {
+            let y = b.batch_norm(x);
+            let y = b.relu(y);
+            let y = b.conv(y, 8, 3, 1, 1, 1, false);
+            x = b.concat(&[x, y]);
+        }
+        let y = b.batch_norm(x);
+        let y = b.relu(y);
+        let y = b.conv(y, 12, 1, 1, 0, 1, false);
+        let y = b.avg_pool(y, 2, 2);
+        // A flatten over 16x16 positions: a channel is 256 features.
+        let y = b.flatten(y);
+        b.linear(y, 10);
+        let g = b.finish();
+        let w = weights::generate(&g, 3);
+        assert_equivalent(&g, &w, 0.4, 2);
+    }
+
+    /// Squeeze-and-excitation (a broadcast Mul of a sigmoid gate), SiLU and
+    /// depthwise convolutions, as in EfficientNet.
+    #[test]
+    fn removal_equals_zeroing_on_efficientnet() {
+        let g = (dlas_zoo::find(Dataset::Imagenet, "efficientnet_b0")
+            .unwrap()
+            .build)();
+        let w = weights::generate(&g, 1);
+        assert_equivalent(&g, &w, 0.5, 1);
+    }
+
+    /// Every network of the zoo can lose channels and stay a valid graph.
+    #[test]
+    fn every_network_shrinks_to_a_valid_graph() {
+        for net in dlas_zoo::catalogue() {
+            let g = (net.build)();
+            let w = weights::generate(&g, 1);
+            let (rg, rw) = prune_channels(&g, &w, 0.5, Removal::Remove).unwrap();
+            check_weights(&rg, &rw).unwrap();
+            assert!(
+                rg.params() < g.params() && rg.macs() < g.macs(),
+                "{}",
+                net.name
+            );
+            assert_eq!(rg.output().shape, g.output().shape);
+            assert_eq!(rg.input_shape(), g.input_shape());
+        }
+    }
+
     #[test]
     fn zeroed_channels_are_zero_and_groups_stay_tied() {
         let (g, w) = net("resnet18");

@@ -189,6 +189,17 @@ fn text(out: &mut impl Write, r: &CompressionReport, file: &std::path::Path) -> 
         r.macs_dense,
         100.0 * r.macs as f64 / r.macs_dense as f64
     )?;
+    // Global magnitude pruning can empty a layer whose weights are all
+    // small (e.g. a classifier); the model then computes a constant.
+    let empty: Vec<&str> = r
+        .density
+        .iter()
+        .filter(|(_, d)| **d == 0.0)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !empty.is_empty() {
+        writeln!(out, "empty layers {}", empty.join(", "))?;
+    }
     let f = &r.fidelity;
     let snr = f.snr_db.map_or("inf".to_string(), |s| format!("{s:.2}"));
     writeln!(
