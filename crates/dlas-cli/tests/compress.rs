@@ -167,3 +167,24 @@ fn accuracy_of_an_exported_model_on_a_cifar_folder() {
     ]);
     assert!(e.contains("one sub-folder per class"), "{e}");
 }
+
+/// Without --level, the study's level: no pruned accuracy is recorded, so no elbow moves it.
+#[test]
+fn the_default_level_is_the_studys() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.onnx");
+    let text = ok(&[
+        "compress",
+        "mobilenetv1",
+        "--dataset",
+        "cifar10",
+        "--technique",
+        "weight-pruning",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        text.starts_with("cifar10 mobilenetv1 weight-pruning 0.8\n"),
+        "{text}"
+    );
+}

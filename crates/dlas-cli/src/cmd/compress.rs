@@ -2,6 +2,7 @@
 
 use crate::project::Project;
 use anyhow::{Context, Result};
+use dlas_compress::accuracy::{chosen_level, read_published};
 use dlas_compress::{
     CalibrationMethod, CompressionReport, Removal, Request, Scope, Tract, compress, sweep_levels,
 };
@@ -107,7 +108,12 @@ impl Options {
     }
 }
 
-/// The study's level for `model`, where the pruning techniques need one.
+/// Top-1 points a pruned model may lose against dense at the chosen level.
+pub const MAX_TOP1_DROP: f64 = 1.0;
+
+/// The level the study runs for `model`, where the pruning techniques need
+/// one: the elbow of the accuracies recorded in data/accuracy/published.csv
+/// (within [`MAX_TOP1_DROP`] of dense), else the level of the dlas study file.
 fn study_level(project: &Project, options: &Options) -> Result<Option<f64>> {
     if !options.technique.is_pruning() {
         return Ok(None);
@@ -123,7 +129,15 @@ fn study_level(project: &Project, options: &Options) -> Result<Option<f64>> {
                 options.technique
             )
         })?;
-    Ok(Some(study.level(entry, &options.model)))
+    let published = read_published(&project.root.join("data/accuracy/published.csv"))?;
+    Ok(Some(chosen_level(
+        &published,
+        &options.model,
+        options.dataset,
+        options.technique,
+        MAX_TOP1_DROP,
+        study.level(entry, &options.model),
+    )))
 }
 
 pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
