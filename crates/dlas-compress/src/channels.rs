@@ -10,10 +10,14 @@
 //! group is the unit that is ranked and pruned. Groups holding a channel of
 //! the network input or output are never pruned.
 //!
-//! Groups are ranked by the mean absolute weight of their convolution
-//! filters (an L1 norm normalised by fan-in). A raw L1 norm grows with the
-//! square root of the fan-in under He initialisation, so ranking by it would
-//! empty narrow early layers first. No node is ever left without a channel.
+//! Groups are ranked across the network by the L1 norms of their
+//! convolution filters, each divided by the mean filter norm of its layer
+//! (and averaged over the group's filters). Raw norms scale with a layer's
+//! fan-in and initialisation (He: L1 grows as the square root of the
+//! fan-in; the mean magnitude shrinks as its inverse), so an unnormalised
+//! global ranking empties whole early or whole late layers before touching
+//! the others. No node is ever left without a channel, so at high levels
+//! fewer groups than requested may go.
 
 use crate::{check_level, check_weights};
 use dlas_zoo::weights::{Params, Weights};
@@ -44,7 +48,8 @@ impl std::str::FromStr for Removal {
     }
 }
 
-/// Prunes `round(level * groups)` channel groups of lowest mean magnitude.
+/// Prunes `round(level * groups)` channel groups of lowest normalised L1
+/// norm, where `groups` counts the prunable groups of tied channels.
 pub fn prune_channels(
     graph: &Graph,
     weights: &Weights,
@@ -185,9 +190,18 @@ impl Ties {
                 && conv.groups == 1
             {
                 let per = weight.len() / conv.out_channels;
-                for (c, filter) in weight.chunks(per).enumerate() {
+                let norms: Vec<f64> = weight
+                    .chunks(per)
+                    .map(|f| f.iter().map(|w| w.abs() as f64).sum())
+                    .collect();
+                let layer_mean = norms.iter().sum::<f64>() / norms.len() as f64;
+                for (c, norm) in norms.iter().enumerate() {
                     let r = self.root(id, c);
-                    score[r] += filter.iter().map(|w| w.abs() as f64).sum::<f64>() / per as f64;
+                    score[r] += if layer_mean > 0.0 {
+                        norm / layer_mean
+                    } else {
+                        0.0
+                    };
                     filters[r] += 1;
                 }
             }

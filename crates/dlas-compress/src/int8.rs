@@ -6,6 +6,8 @@
 //! with ranges calibrated on a calibration set, by min-max or by a
 //! percentile that ignores outliers. Only the inputs of conv and linear
 //! layers are quantised, which is where int8 kernels read activations.
+//! Biases and batch norm stay float32 (in the QDQ file as well): an int8
+//! engine folds them into its int32 accumulator's requantisation.
 //!
 //! [`Int8Params`] is what a native int8 engine needs, in plain serialisable
 //! form: per layer, its input tensor's scale and zero point and its weights'
