@@ -122,35 +122,94 @@ pub fn quantize_weight(weight: &[f32], channels: usize) -> WeightQuant {
     WeightQuant { values, scales }
 }
 
-/// The uint8 range of `values` under `method`; the range always holds zero,
-/// so zero (padding, ReLU's floor) is exact.
-fn activation_range(values: &mut [f32], method: CalibrationMethod) -> ActivationParams {
-    let (lo, hi) = match method {
-        CalibrationMethod::MinMax => values
-            .iter()
-            .fold((0.0f32, 0.0f32), |(lo, hi), v| (lo.min(*v), hi.max(*v))),
-        CalibrationMethod::Percentile { percentile } => {
-            let n = values.len();
-            let rank = |p: f64| (((p / 100.0) * (n - 1) as f64).round() as usize).min(n - 1);
-            let hi = *values
-                .select_nth_unstable_by(rank(percentile), f32::total_cmp)
-                .1;
-            let lo = *values
-                .select_nth_unstable_by(rank(100.0 - percentile), f32::total_cmp)
-                .1;
-            (lo.min(0.0), hi.max(0.0))
+/// Samples evaluated at once during calibration: per-node outputs of a
+/// whole ImageNet calibration set would not fit in memory.
+const CALIBRATION_BATCH: usize = 4;
+/// Histogram resolution of percentile calibration.
+const HISTOGRAM_BINS: usize = 1 << 16;
+
+/// A streaming range estimate of one tensor: exact minimum and maximum
+/// (first pass) and, for percentiles, a histogram over them (second pass).
+#[derive(Debug, Clone)]
+struct Observer {
+    min: f32,
+    max: f32,
+    bins: Vec<u64>,
+}
+
+impl Observer {
+    fn new() -> Observer {
+        Observer {
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            bins: Vec::new(),
         }
-    };
-    if hi <= lo {
-        return ActivationParams {
-            scale: 1.0,
-            zero_point: 0,
-        };
     }
-    let scale = (hi - lo) / 255.0;
-    ActivationParams {
-        scale,
-        zero_point: (-lo / scale).round().clamp(0.0, 255.0) as u8,
+
+    fn observe_range(&mut self, values: &[f32]) {
+        for v in values {
+            self.min = self.min.min(*v);
+            self.max = self.max.max(*v);
+        }
+    }
+
+    fn width(&self) -> f32 {
+        (self.max - self.min) / HISTOGRAM_BINS as f32
+    }
+
+    fn observe_histogram(&mut self, values: &[f32]) {
+        if self.bins.is_empty() {
+            self.bins = vec![0; HISTOGRAM_BINS];
+        }
+        let width = self.width();
+        for v in values {
+            let bin = if width > 0.0 {
+                (((v - self.min) / width) as usize).min(HISTOGRAM_BINS - 1)
+            } else {
+                0
+            };
+            self.bins[bin] += 1;
+        }
+    }
+
+    /// The first bin where the cumulative count reaches `fraction` of all values.
+    fn quantile_bin(&self, fraction: f64) -> usize {
+        let total: u64 = self.bins.iter().sum();
+        let target = (fraction * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, count) in self.bins.iter().enumerate() {
+            seen += count;
+            if seen >= target {
+                return i;
+            }
+        }
+        HISTOGRAM_BINS - 1
+    }
+
+    /// The uint8 quantisation under `method`; the range always holds zero,
+    /// so zero (padding, ReLU's floor) is exact.
+    fn params(&self, method: CalibrationMethod) -> ActivationParams {
+        let (lo, hi) = match method {
+            CalibrationMethod::MinMax => (self.min, self.max),
+            CalibrationMethod::Percentile { percentile } => {
+                let w = self.width();
+                let hi = self.quantile_bin(percentile / 100.0) + 1;
+                let lo = self.quantile_bin(1.0 - percentile / 100.0);
+                (self.min + lo as f32 * w, self.min + hi as f32 * w)
+            }
+        };
+        let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+        if hi <= lo {
+            return ActivationParams {
+                scale: 1.0,
+                zero_point: 0,
+            };
+        }
+        let scale = (hi - lo) / 255.0;
+        ActivationParams {
+            scale,
+            zero_point: (-lo / scale).round().clamp(0.0, 255.0) as u8,
+        }
     }
 }
 
@@ -172,11 +231,44 @@ pub fn quantize(
         graph.name,
         graph.input_shape().map(|d| d.to_string()).join("x")
     );
-    let eval = evaluator.evaluate(graph, weights, &Numerics::F32, &calibration.inputs, n, true)?;
-    let mut tensors = eval
-        .nodes
-        .ok_or_else(|| anyhow::anyhow!("evaluator returned no node outputs"))?;
-    let mut activations = vec![None; graph.nodes.len()];
+    // The tensors that conv and linear layers read.
+    let mut observers: Vec<Option<Observer>> = vec![None; graph.nodes.len()];
+    for node in graph.weighted_layers() {
+        observers[node.inputs[0]] = Some(Observer::new());
+    }
+    let passes = match calibration.method {
+        CalibrationMethod::MinMax => 1,
+        CalibrationMethod::Percentile { .. } => 2,
+    };
+    let sample = c * h * w;
+    for pass in 0..passes {
+        for batch in calibration.inputs.chunks(CALIBRATION_BATCH * sample) {
+            let samples = batch.len() / sample;
+            let eval = evaluator.evaluate(graph, weights, &Numerics::F32, batch, samples, true)?;
+            let tensors = eval
+                .nodes
+                .ok_or_else(|| anyhow::anyhow!("evaluator returned no node outputs"))?;
+            for (observer, values) in observers.iter_mut().zip(&tensors) {
+                match (observer, pass) {
+                    (Some(o), 0) => o.observe_range(values),
+                    (Some(o), _) => o.observe_histogram(values),
+                    (None, _) => {}
+                }
+            }
+        }
+    }
+    let activations: Vec<Option<ActivationQuant>> = observers
+        .iter()
+        .map(|o| {
+            o.as_ref().map(|o| {
+                let p = o.params(calibration.method);
+                ActivationQuant {
+                    scale: p.scale,
+                    zero_point: p.zero_point,
+                }
+            })
+        })
+        .collect();
     let mut qweights = vec![None; graph.nodes.len()];
     let mut layers = Vec::new();
     for (id, node) in graph.nodes.iter().enumerate() {
@@ -184,13 +276,7 @@ pub fn quantize(
             continue;
         }
         let src = node.inputs[0];
-        let act = *activations[src].get_or_insert_with(|| {
-            let p = activation_range(&mut tensors[src], calibration.method);
-            ActivationQuant {
-                scale: p.scale,
-                zero_point: p.zero_point,
-            }
-        });
+        let act = activations[src].expect("observed every layer input");
         let weight = weights.by_node[id]
             .as_ref()
             .and_then(layer_weight)
@@ -242,11 +328,24 @@ mod tests {
     fn ranges_hold_zero_and_percentiles_clip_outliers() {
         let mut v: Vec<f32> = (0..10_000).map(|i| i as f32 / 10_000.0).collect();
         v.push(1000.0);
-        let minmax = activation_range(&mut v.clone(), CalibrationMethod::MinMax);
+        let mut o = Observer::new();
+        // Streamed in two chunks, as calibration batches are.
+        for chunk in v.chunks(6000) {
+            o.observe_range(chunk);
+        }
+        for chunk in v.chunks(6000) {
+            o.observe_histogram(chunk);
+        }
+        let minmax = o.params(CalibrationMethod::MinMax);
         assert_eq!(minmax.zero_point, 0);
         assert!((minmax.scale - 1000.0 / 255.0).abs() < 1e-3);
-        let p = activation_range(&mut v, CalibrationMethod::Percentile { percentile: 99.9 });
-        assert!(p.scale < 1.0 / 255.0 * 1.01, "{p:?}");
+        let p = o.params(CalibrationMethod::Percentile { percentile: 99.9 });
+        // Within one histogram bin (1000 / 65536) of the 99.9th value, 0.999.
+        assert!((p.scale * 255.0 - 0.999).abs() < 0.02, "{p:?}");
+        let mut negative = Observer::new();
+        negative.observe_range(&[-2.0, 2.0]);
+        let q = negative.params(CalibrationMethod::MinMax);
+        assert!((127..=128).contains(&q.zero_point), "{q:?}");
     }
 
     #[test]
