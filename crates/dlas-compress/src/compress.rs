@@ -4,7 +4,7 @@ use crate::channels::{Removal, prune_channels};
 use crate::evaluator::{Evaluator, Numerics};
 use crate::int8::{Calibration, CalibrationMethod, Int8Params, quantize};
 use crate::prune::{Scope, prune_weights};
-use crate::report::{CompressionReport, Fidelity, size};
+use crate::report::{CompressionReport, Fidelity, live_channels, size};
 use crate::{check_level, check_weights};
 use dlas_core::Compression;
 use dlas_zoo::Graph;
@@ -138,6 +138,9 @@ pub fn compress(
         bytes_ratio: dense.bytes as f64 / s.bytes as f64,
         macs_dense: dense.macs,
         macs: s.macs,
+        channels_pruned: removal.map(|_| {
+            1.0 - live_channels(&cgraph, &cweights) as f64 / live_channels(graph, weights) as f64
+        }),
         density: s.density,
         fidelity,
     };

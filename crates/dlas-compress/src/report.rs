@@ -82,9 +82,30 @@ pub struct CompressionReport {
     pub macs_dense: u64,
     /// Multiply-accumulates left: of the smaller graph, or of non-zero weights.
     pub macs: u64,
+    /// Channel pruning only: fraction of convolution output channels pruned
+    /// (zeroed or removed). Below `level` where keeping one channel per
+    /// layer stopped a group from going; not equal to it, since `level`
+    /// counts groups of tied channels.
+    pub channels_pruned: Option<f64>,
     /// Per conv and linear layer: fraction of weights that are not zero.
     pub density: BTreeMap<String, f64>,
     pub fidelity: Fidelity,
+}
+
+/// Convolution output channels of `graph` whose filter is not all zero.
+pub(crate) fn live_channels(graph: &Graph, weights: &Weights) -> usize {
+    graph
+        .nodes
+        .iter()
+        .zip(&weights.by_node)
+        .map(|(node, params)| match (&node.op, params) {
+            (Op::Conv(c), Some(Params::Conv { weight, .. })) if c.out_channels > 0 => weight
+                .chunks(weight.len() / c.out_channels)
+                .filter(|f| f.iter().any(|w| *w != 0.0))
+                .count(),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// Counts of a compressed model, before fidelity is known.

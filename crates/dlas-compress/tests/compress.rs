@@ -78,6 +78,9 @@ fn channel_pruning_reports_in_both_modes() {
     );
     assert!((zero.report.fidelity.rel_l2 - removed.report.fidelity.rel_l2).abs() < 1e-4);
     assert_eq!(zero.report.macs, removed.report.macs);
+    let pruned = zero.report.channels_pruned.unwrap();
+    assert_eq!(Some(pruned), removed.report.channels_pruned);
+    assert!(pruned > 0.3 && pruned < 0.6, "{pruned}");
     assert_eq!(removed.report.macs, removed.graph.macs());
     assert_eq!(removed.report.params, removed.graph.params());
     // Zeroed channels keep their (zeroed) batch-norm parameters in storage.

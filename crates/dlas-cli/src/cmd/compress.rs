@@ -203,6 +203,13 @@ fn text(out: &mut impl Write, r: &CompressionReport, file: &std::path::Path) -> 
         r.macs_dense,
         100.0 * r.macs as f64 / r.macs_dense as f64
     )?;
+    if let Some(c) = r.channels_pruned {
+        writeln!(
+            out,
+            "channels     {:.1}% of convolution output channels pruned",
+            100.0 * c
+        )?;
+    }
     // Global magnitude pruning can empty a layer whose weights are all
     // small (e.g. a classifier); the model then computes a constant.
     let empty: Vec<&str> = r
