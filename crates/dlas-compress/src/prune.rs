@@ -5,6 +5,11 @@
 //! large ones. The layer-wise variant prunes every layer to the same level.
 //! Biases and batch-norm parameters are never pruned (they are few and a
 //! sparse format would not store them).
+//!
+//! A global threshold follows the weights' scales: with the zoo's seeded
+//! weights (He-normal convolutions, small uniform classifiers) it can empty
+//! a whole layer, e.g. MobileNetV2's classifier at 0.5; the report's
+//! per-layer density shows it and `dlas compress` names such layers.
 
 use crate::{check_level, check_weights, layer_weight_mut};
 use dlas_zoo::Graph;
