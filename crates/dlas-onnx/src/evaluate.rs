@@ -180,6 +180,33 @@ mod tests {
         assert_eq!(nodes[0], x);
     }
 
+    /// QDQ needs a quantisation for every layer input and is float32 only.
+    #[test]
+    fn incomplete_or_float16_qdq_is_refused() {
+        use crate::export::{Dtype, Qdq};
+        let (g, w) = net("mobilenetv1");
+        let empty = Qdq {
+            activations: vec![None; g.nodes.len()],
+            weights: vec![None; g.nodes.len()],
+        };
+        let options = ExportOptions {
+            qdq: Some(&empty),
+            ..ExportOptions::default()
+        };
+        let e = export_with(&g, &w, &options).unwrap_err().to_string();
+        assert!(
+            e.contains("no activation quantisation for tensor input"),
+            "{e}"
+        );
+        let options = ExportOptions {
+            dtype: Dtype::F16,
+            qdq: Some(&empty),
+            ..ExportOptions::default()
+        };
+        let e = export_with(&g, &w, &options).unwrap_err().to_string();
+        assert!(e.contains("float32 only"), "{e}");
+    }
+
     #[test]
     fn an_input_of_the_wrong_size_is_refused() {
         let (g, w) = net("mobilenetv1");
