@@ -39,6 +39,12 @@ enum Command {
     /// Benchmarks of the measurement machinery itself.
     #[command(subcommand)]
     Bench(cmd::bench::Command),
+    /// Compress a network (pruning, fp16, int8), write its ONNX and report on it.
+    Compress(cmd::compress::Args),
+    /// Compress a network at every level of its technique's schedule: one CSV row per level.
+    Sweep(cmd::compress::SweepArgs),
+    /// Top-1 and top-5 accuracy of an ONNX model on a CIFAR-10 or ImageNet folder.
+    Accuracy(cmd::accuracy::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +58,9 @@ fn main() -> ExitCode {
             Command::Compare(args) => cmd::compare::run(&args),
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
             Command::Bench(command) => cmd::bench::run(&command),
+            Command::Compress(args) => cmd::compress::run(&project, &args),
+            Command::Sweep(args) => cmd::compress::sweep(&args),
+            Command::Accuracy(args) => cmd::accuracy::run(&args),
         });
     match result {
         Ok(code) => code,

@@ -3,6 +3,10 @@
 //! Messages are the prost types that `tract-onnx` generates from onnx.proto,
 //! so no protobuf compiler or Python is needed. The batch dimension is the
 //! symbolic `N`; batch norm stays a node (folding it is a runtime's job).
+//!
+//! [`export`] writes the float32 model whose bytes `data/models.lock` pins;
+//! [`export_with`] adds the compressed numerics (float16, int8 QDQ) and the
+//! per-node outputs that evaluation and calibration read.
 
 use dlas_zoo::weights::{Params, Weights};
 use dlas_zoo::{Graph, Op};
@@ -13,10 +17,61 @@ use tract_onnx::pb::{
     tensor_proto::DataType, tensor_shape_proto::Dimension, tensor_shape_proto::dimension,
     type_proto,
 };
+use tract_onnx::prelude::f16;
 
 pub const OPSET: i64 = 13;
 pub const INPUT: &str = "input";
 pub const OUTPUT: &str = "output";
+
+/// The float type of weights and activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dtype {
+    #[default]
+    F32,
+    /// Float16 initializers, input, output and activations. Linear layers
+    /// become MatMul + Add, because tract cannot type a float16 Gemm.
+    F16,
+}
+
+/// Static int8 quantisation in QDQ form, indexed by node id like [`Weights`].
+///
+/// The weights are already quantised (the numerics are the caller's, so the
+/// ONNX file and a native engine use the same integers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Qdq {
+    /// The uint8 quantisation of a node's output, for every node a conv or
+    /// linear layer reads (node 0 is the network input).
+    pub activations: Vec<Option<ActivationQuant>>,
+    /// Per-output-channel symmetric int8 weights of conv and linear nodes.
+    pub weights: Vec<Option<WeightQuant>>,
+}
+
+/// Asymmetric per-tensor quantisation: `x ~ scale * (q - zero_point)`, `q` in 0..=255.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ActivationQuant {
+    pub scale: f32,
+    pub zero_point: u8,
+}
+
+/// Symmetric per-output-channel quantisation: `w ~ scales[o] * values`, zero point 0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightQuant {
+    /// Same layout as the float weight (row-major, output channel first).
+    pub values: Vec<i8>,
+    pub scales: Vec<f32>,
+}
+
+/// What [`export_with`] writes besides the graph and weights.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExportOptions<'a> {
+    pub dtype: Dtype,
+    /// Quantize-dequantize pairs on every conv and linear input, int8 weights
+    /// behind DequantizeLinear (float32 only).
+    pub qdq: Option<&'a Qdq>,
+    /// Also declare every node's output (in node order, after `output`) as a
+    /// graph output, so a runtime returns intermediate tensors.
+    pub node_outputs: bool,
+}
 
 /// Serialises `graph` with `weights` to ONNX bytes. Identical inputs give identical bytes.
 pub fn export(graph: &Graph, weights: &Weights) -> Vec<u8> {
@@ -25,26 +80,81 @@ pub fn export(graph: &Graph, weights: &Weights) -> Vec<u8> {
 
 /// Builds the ONNX model message.
 pub fn model(graph: &Graph, weights: &Weights) -> ModelProto {
-    let mut out = GraphOut::default();
+    model_with(graph, weights, &ExportOptions::default())
+        .expect("the default options are always valid")
+}
+
+/// Serialises with `options`; the default options give [`export`]'s bytes.
+pub fn export_with(
+    graph: &Graph,
+    weights: &Weights,
+    options: &ExportOptions,
+) -> anyhow::Result<Vec<u8>> {
+    Ok(model_with(graph, weights, options)?.encode_to_vec())
+}
+
+/// The tensor name a node's output has in the exported file.
+pub fn tensor_name(graph: &Graph, id: usize) -> String {
+    if id == 0 {
+        INPUT.to_string()
+    } else if id == graph.nodes.len() - 1 {
+        OUTPUT.to_string()
+    } else {
+        graph.nodes[id].name.clone()
+    }
+}
+
+/// Builds the ONNX model message with `options`.
+pub fn model_with(
+    graph: &Graph,
+    weights: &Weights,
+    options: &ExportOptions,
+) -> anyhow::Result<ModelProto> {
+    anyhow::ensure!(
+        !(options.qdq.is_some() && options.dtype == Dtype::F16),
+        "QDQ export is float32 only: int8 and float16 are different compressions"
+    );
+    let mut out = GraphOut {
+        dtype: options.dtype,
+        ..GraphOut::default()
+    };
     let last = graph.nodes.len() - 1;
+    let mut dequantized = std::collections::BTreeMap::new();
     for (id, node) in graph.nodes.iter().enumerate() {
-        let name = if id == last {
-            OUTPUT.to_string()
-        } else {
-            node.name.clone()
-        };
-        let inputs: Vec<String> = node
+        let name = tensor_name(graph, id);
+        let mut inputs: Vec<String> = node
             .inputs
             .iter()
             .map(|&i| graph.nodes[i].name.clone())
             .collect();
         let params = weights.by_node.get(id).and_then(Option::as_ref);
+        let quant = options
+            .qdq
+            .filter(|_| matches!(node.op, Op::Conv(_) | Op::Linear { .. }));
+        if let Some(qdq) = quant {
+            let &src = node.inputs.first().expect("layers have an input");
+            inputs[0] = match dequantized.get(&src) {
+                Some(dq) => String::clone(dq),
+                None => {
+                    let dq = out.quantize_activation(graph, qdq, src)?;
+                    dequantized.insert(src, dq.clone());
+                    dq
+                }
+            };
+        }
+        let weight_quant = quant.and_then(|q| q.weights.get(id).and_then(Option::as_ref));
+        if quant.is_some() && weight_quant.is_none() {
+            anyhow::bail!("no int8 weights for layer {}", node.name);
+        }
         match (&node.op, params) {
             (Op::Input, _) => {}
             (Op::Conv(c), Some(Params::Conv { weight, bias })) => {
                 let mut ins = inputs;
                 let w = [c.weight_shape().map(|d| d as i64)].concat();
-                ins.push(out.initializer(&format!("{}.weight", node.name), &w, weight));
+                ins.push(match weight_quant {
+                    Some(q) => out.int8_weight(&node.name, &w, q)?,
+                    None => out.initializer(&format!("{}.weight", node.name), &w, weight),
+                });
                 if let Some(b) = bias {
                     ins.push(out.initializer(&format!("{}.bias", node.name), &[b.len() as i64], b));
                 }
@@ -132,16 +242,45 @@ pub fn model(graph: &Graph, weights: &Weights) -> ModelProto {
             ) => {
                 let mut ins = inputs;
                 let w = [*out_features as i64, *in_features as i64];
-                ins.push(out.initializer(&format!("{}.weight", node.name), &w, weight));
-                ins.push(out.initializer(&format!("{}.bias", node.name), &[w[0]], bias));
-                out.node("Gemm", &name, ins, vec![int("transB", 1)]);
+                let bias_name = format!("{}.bias", node.name);
+                if options.dtype == Dtype::F16 {
+                    // MatMul(x, W^T) + b: tract types no float16 Gemm.
+                    let mut transposed = vec![0.0; weight.len()];
+                    for o in 0..*out_features {
+                        for i in 0..*in_features {
+                            transposed[i * out_features + o] = weight[o * in_features + i];
+                        }
+                    }
+                    let wt = out.initializer(
+                        &format!("{}.weight_t", node.name),
+                        &[w[1], w[0]],
+                        &transposed,
+                    );
+                    ins.push(wt);
+                    let product = format!("{}.matmul", node.name);
+                    out.node("MatMul", &product, ins, vec![]);
+                    let b = out.initializer(&bias_name, &[w[0]], bias);
+                    out.node("Add", &name, vec![product, b], vec![]);
+                } else {
+                    ins.push(match weight_quant {
+                        Some(q) => out.int8_weight(&node.name, &w, q)?,
+                        None => out.initializer(&format!("{}.weight", node.name), &w, weight),
+                    });
+                    ins.push(out.initializer(&bias_name, &[w[0]], bias));
+                    out.node("Gemm", &name, ins, vec![int("transB", 1)]);
+                }
             }
-            (op, _) => panic!("weights do not match node {} ({op:?})", node.name),
+            (op, _) => anyhow::bail!("weights do not match node {} ({op:?})", node.name),
         }
     }
     let [c, h, w] = graph.input_shape();
     let classes = graph.output().shape[0];
-    ModelProto {
+    let elem = options.dtype.elem_type();
+    let mut outputs = vec![value_info(OUTPUT, elem, Some(&[None, Some(classes)]))];
+    if options.node_outputs {
+        outputs.extend((1..last).map(|id| value_info(&tensor_name(graph, id), elem, None)));
+    }
+    Ok(ModelProto {
         ir_version: 7,
         opset_import: vec![OperatorSetIdProto {
             domain: String::new(),
@@ -157,16 +296,30 @@ pub fn model(graph: &Graph, weights: &Weights) -> ModelProto {
             node: out.nodes,
             name: graph.name.clone(),
             initializer: out.initializers,
-            input: vec![value_info(INPUT, &[None, Some(c), Some(h), Some(w)])],
-            output: vec![value_info(OUTPUT, &[None, Some(classes)])],
+            input: vec![value_info(
+                INPUT,
+                elem,
+                Some(&[None, Some(c), Some(h), Some(w)]),
+            )],
+            output: outputs,
             ..Default::default()
         }),
         ..Default::default()
+    })
+}
+
+impl Dtype {
+    fn elem_type(self) -> i32 {
+        match self {
+            Dtype::F32 => DataType::Float as i32,
+            Dtype::F16 => DataType::Float16 as i32,
+        }
     }
 }
 
 #[derive(Default)]
 struct GraphOut {
+    dtype: Dtype,
     nodes: Vec<NodeProto>,
     initializers: Vec<TensorProto>,
 }
@@ -183,37 +336,137 @@ impl GraphOut {
         });
     }
 
-    /// Adds a float tensor and returns its name.
+    /// Adds a float tensor (in the export's float type) and returns its name.
     fn initializer(&mut self, name: &str, dims: &[i64], values: &[f32]) -> String {
+        let raw_data = match self.dtype {
+            Dtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            Dtype::F16 => values
+                .iter()
+                .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+                .collect(),
+        };
+        self.raw(name, dims, self.dtype.elem_type(), raw_data)
+    }
+
+    fn raw(&mut self, name: &str, dims: &[i64], data_type: i32, raw_data: Vec<u8>) -> String {
         self.initializers.push(TensorProto {
             dims: dims.to_vec(),
-            data_type: DataType::Float as i32,
+            data_type,
             name: name.to_string(),
-            raw_data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            raw_data,
             ..Default::default()
         });
         name.to_string()
     }
+
+    /// QuantizeLinear + DequantizeLinear on node `src`'s output; returns the
+    /// dequantized tensor's name.
+    fn quantize_activation(
+        &mut self,
+        graph: &Graph,
+        qdq: &Qdq,
+        src: usize,
+    ) -> anyhow::Result<String> {
+        let name = tensor_name(graph, src);
+        let node = &graph.nodes[src].name;
+        let q = qdq
+            .activations
+            .get(src)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| anyhow::anyhow!("no activation quantisation for tensor {node}"))?;
+        let scale = self.raw(
+            &format!("{name}.act_scale"),
+            &[],
+            DataType::Float as i32,
+            q.scale.to_le_bytes().to_vec(),
+        );
+        let zp = self.raw(
+            &format!("{name}.act_zero_point"),
+            &[],
+            DataType::Uint8 as i32,
+            vec![q.zero_point],
+        );
+        let quantized = format!("{name}.q");
+        let dequantized = format!("{name}.dq");
+        self.node(
+            "QuantizeLinear",
+            &quantized,
+            vec![name, scale.clone(), zp.clone()],
+            vec![],
+        );
+        self.node(
+            "DequantizeLinear",
+            &dequantized,
+            vec![quantized, scale, zp],
+            vec![],
+        );
+        Ok(dequantized)
+    }
+
+    /// An int8 initializer behind a per-output-channel DequantizeLinear
+    /// (axis 0); returns the float weight's name.
+    fn int8_weight(
+        &mut self,
+        layer: &str,
+        dims: &[i64],
+        q: &WeightQuant,
+    ) -> anyhow::Result<String> {
+        let count: i64 = dims.iter().product();
+        anyhow::ensure!(
+            q.values.len() as i64 == count && q.scales.len() as i64 == dims[0],
+            "int8 weights of {layer} do not match its shape {dims:?}"
+        );
+        let values = self.raw(
+            &format!("{layer}.weight_q"),
+            dims,
+            DataType::Int8 as i32,
+            q.values.iter().map(|v| v.to_le_bytes()[0]).collect(),
+        );
+        let channels = [dims[0]];
+        let scales = self.raw(
+            &format!("{layer}.weight_scale"),
+            &channels,
+            DataType::Float as i32,
+            q.scales.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        );
+        let zero = self.raw(
+            &format!("{layer}.weight_zero_point"),
+            &channels,
+            DataType::Int8 as i32,
+            vec![0; dims[0] as usize],
+        );
+        let weight = format!("{layer}.weight");
+        self.node(
+            "DequantizeLinear",
+            &weight,
+            vec![values, scales, zero],
+            vec![int("axis", 0)],
+        );
+        Ok(weight)
+    }
 }
 
-fn value_info(name: &str, dims: &[Option<usize>]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| Dimension {
-            denotation: String::new(),
-            value: Some(match d {
-                Some(v) => dimension::Value::DimValue(*v as i64),
-                None => dimension::Value::DimParam("N".into()),
-            }),
-        })
-        .collect();
+/// A typed value; `dims: None` leaves the shape to the runtime's inference.
+fn value_info(name: &str, elem_type: i32, dims: Option<&[Option<usize>]>) -> ValueInfoProto {
+    let shape = dims.map(|dims| TensorShapeProto {
+        dim: dims
+            .iter()
+            .map(|d| Dimension {
+                denotation: String::new(),
+                value: Some(match d {
+                    Some(v) => dimension::Value::DimValue(*v as i64),
+                    None => dimension::Value::DimParam("N".into()),
+                }),
+            })
+            .collect(),
+    });
     ValueInfoProto {
         name: name.to_string(),
         r#type: Some(TypeProto {
             denotation: String::new(),
             value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: DataType::Float as i32,
-                shape: Some(TensorShapeProto { dim }),
+                elem_type,
+                shape,
             })),
         }),
         doc_string: String::new(),

@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
+pub mod accuracy;
 pub mod bench;
 pub mod compare;
+pub mod compress;
 pub mod crosscheck;
 pub mod plan;
 pub mod reproduce;
