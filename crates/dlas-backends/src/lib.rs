@@ -26,6 +26,9 @@ pub struct SessionConfig {
     pub input_shape: [usize; 4],
     /// Intra-op threads.
     pub threads: usize,
+    /// The model takes and returns float16 tensors (an fp16-compressed model);
+    /// inputs are converted before the call and outputs after it, inside the timing.
+    pub half_io: bool,
 }
 
 /// The compilers this build runs on the host, by id.

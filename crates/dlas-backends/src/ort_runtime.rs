@@ -74,6 +74,7 @@ struct OrtSession {
     shape: [usize; 4],
     level: Level,
     threads: usize,
+    half_io: bool,
 }
 
 pub fn load(model: &Path, config: &SessionConfig, level: Level) -> Result<Box<dyn Session>> {
@@ -96,11 +97,19 @@ pub fn load(model: &Path, config: &SessionConfig, level: Level) -> Result<Box<dy
         shape: config.input_shape,
         level,
         threads: config.threads,
+        half_io: config.half_io,
     }))
 }
 
 impl Session for OrtSession {
     fn run(&mut self, input: &[f32]) -> Result<Vec<f32>> {
+        if self.half_io {
+            let half: Vec<half::f16> = input.iter().map(|x| half::f16::from_f32(*x)).collect();
+            let tensor = TensorRef::from_array_view((self.shape, &half[..]))?;
+            let outputs = self.session.run(ort::inputs![tensor])?;
+            let (_, values) = outputs[0].try_extract_tensor::<half::f16>()?;
+            return Ok(values.iter().map(|x| x.to_f32()).collect());
+        }
         let tensor = TensorRef::from_array_view((self.shape, input))?;
         let outputs = self.session.run(ort::inputs![tensor])?;
         let (_, values) = outputs[0].try_extract_tensor::<f32>()?;

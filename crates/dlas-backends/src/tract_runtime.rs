@@ -19,6 +19,7 @@ struct TractSession {
     shape: [usize; 4],
     level: Level,
     threads: usize,
+    half_io: bool,
 }
 
 pub fn load(model: &Path, config: &SessionConfig, level: Level) -> Result<Box<dyn Session>> {
@@ -26,7 +27,15 @@ pub fn load(model: &Path, config: &SessionConfig, level: Level) -> Result<Box<dy
     let inference = tract_onnx::onnx()
         .model_for_path(model)
         .with_context(|| format!("tract cannot read {}", model.display()))?
-        .with_input_fact(0, f32::fact(shape).into())?;
+        .with_input_fact(
+            0,
+            if config.half_io {
+                f16::fact(shape)
+            } else {
+                f32::fact(shape)
+            }
+            .into(),
+        )?;
     let typed = inference
         .into_typed()
         .and_then(|m| m.into_decluttered())
@@ -48,11 +57,19 @@ pub fn load(model: &Path, config: &SessionConfig, level: Level) -> Result<Box<dy
         shape,
         level,
         threads: config.threads,
+        half_io: config.half_io,
     }))
 }
 
 impl Session for TractSession {
     fn run(&mut self, input: &[f32]) -> Result<Vec<f32>> {
+        if self.half_io {
+            let half: Vec<f16> = input.iter().map(|x| f16::from_f32(*x)).collect();
+            let tensor = Tensor::from_shape(&self.shape, &half)?;
+            let outputs = self.plan.run(tvec!(tensor.into()))?;
+            let view = outputs[0].to_plain_array_view::<f16>()?;
+            return Ok(view.iter().map(|x| x.to_f32()).collect());
+        }
         let tensor = Tensor::from_shape(&self.shape, input)?;
         let outputs = self.plan.run(tvec!(tensor.into()))?;
         let view = outputs[0].to_plain_array_view::<f32>()?;

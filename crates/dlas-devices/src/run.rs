@@ -4,9 +4,9 @@
 use crate::Device;
 use crate::mock::MockDevice;
 use crate::spec::DeviceSpec;
-use crate::workload::Workload;
+use crate::workload::{Densities, Workload};
 use anyhow::Result;
-use dlas_core::{Combination, Dataset, ResultRow, Status, Summary};
+use dlas_core::{Combination, Compression, Dataset, ResultRow, Status, Summary};
 use dlas_zoo::Graph;
 use std::collections::HashMap;
 
@@ -34,6 +34,7 @@ pub fn run_mocked(
         .map(|s| (s.id.as_str(), MockDevice::new(s.clone())))
         .collect();
     let mut graphs: HashMap<(Dataset, String), Graph> = HashMap::new();
+    let mut densities: HashMap<(Dataset, String, Compression, String), Densities> = HashMap::new();
     let mut rows = Vec::new();
     for c in combinations {
         let Some(device) = devices.get(c.device.as_str()) else {
@@ -53,7 +54,18 @@ pub fn run_mocked(
             };
             graphs.insert(key.clone(), (network.build)());
         }
-        let workload = Workload::new(&graphs[&key], c);
+        let graph = &graphs[&key];
+        let measured = if c.compression.is_pruning() {
+            let level = dlas_core::plan::format_level(c.level);
+            let dkey = (c.dataset, c.model.clone(), c.compression, level);
+            if !densities.contains_key(&dkey) {
+                densities.insert(dkey.clone(), pruned_densities(graph, c)?);
+            }
+            Some(&densities[&dkey])
+        } else {
+            None
+        };
+        let workload = Workload::new(graph, c, measured);
         let row = match device.measure(c, &workload, protocol.runs, protocol.seed) {
             Ok(samples) => match Summary::from_samples(&samples) {
                 Some(summary) => {
@@ -80,4 +92,29 @@ pub fn run_mocked(
         rows.push(row.rounded(6));
     }
     Ok(rows)
+}
+
+/// Per-layer weight density of the network pruned as the combination says,
+/// on the pinned weights: what the compression stage produces for real devices.
+fn pruned_densities(graph: &Graph, c: &Combination) -> Result<Densities> {
+    let dense = dlas_zoo::weights::generate(graph, dlas_zoo::weights::MODEL_SEED);
+    let pruned = match c.compression {
+        Compression::WeightPruning => {
+            dlas_compress::prune_weights(graph, &dense, c.level, dlas_compress::Scope::Global)?
+        }
+        _ => dlas_compress::prune_channels(graph, &dense, c.level, dlas_compress::Removal::Zero)?.1,
+    };
+    Ok(graph
+        .nodes
+        .iter()
+        .zip(&pruned.by_node)
+        .filter_map(|(node, params)| {
+            let weight = dlas_compress::layer_weight(params.as_ref()?)?;
+            let nonzero = weight.iter().filter(|w| **w != 0.0).count();
+            Some((
+                node.name.clone(),
+                nonzero as f64 / weight.len().max(1) as f64,
+            ))
+        })
+        .collect())
 }

@@ -5,13 +5,14 @@
 //! pooling, concatenation, broadcast products and pre-activation operators
 //! are kernels of their own.
 //!
-//! Compression enters as the fraction of weights each layer keeps. Until the
-//! compression stage measures it per layer, pruning at level p keeps 1 - p of
-//! every layer's weights (uniform), which is what a global threshold gives on
-//! average; `docs/devices.md` states this assumption.
+//! Compression enters as the fraction of weights each layer keeps, measured
+//! by the compression stage on the pruned weights (a global threshold prunes
+//! layers differently). Without such a measurement, pruning at level p is
+//! taken to keep 1 - p of every layer's weights.
 
 use dlas_core::{Combination, Compression};
 use dlas_zoo::{Conv, Graph, Op};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum KernelKind {
@@ -44,12 +45,25 @@ pub struct Workload {
     pub compression: Compression,
 }
 
+/// Fraction of non-zero weights per layer (node name → density).
+pub type Densities = BTreeMap<String, f64>;
+
 impl Workload {
-    pub fn new(graph: &Graph, combination: &Combination) -> Workload {
-        let density = if combination.compression.is_pruning() {
+    /// The kernels of `graph` under `combination`; `densities` gives each
+    /// layer's measured weight density (layers not listed are dense).
+    pub fn new(
+        graph: &Graph,
+        combination: &Combination,
+        densities: Option<&Densities>,
+    ) -> Workload {
+        let uniform = if combination.compression.is_pruning() {
             1.0 - combination.level
         } else {
             1.0
+        };
+        let density_of = |name: &str| match densities {
+            Some(d) => d.get(name).copied().unwrap_or(1.0),
+            None => uniform,
         };
         let consumers = consumer_counts(graph);
         let mut fused_into = vec![None::<usize>; graph.nodes.len()];
@@ -69,7 +83,7 @@ impl Workload {
                         kind: KernelKind::Conv(*c),
                         out_hw: [node.shape[1], node.shape[2]],
                         macs: node.macs() as f64,
-                        density,
+                        density: density_of(&node.name),
                         input_elems,
                         output_elems: elems(node.shape),
                         weight_elems: c.weight_count() as f64,
@@ -82,7 +96,7 @@ impl Workload {
                         kind: KernelKind::Linear,
                         out_hw: [1, 1],
                         macs: node.macs() as f64,
-                        density,
+                        density: density_of(&node.name),
                         input_elems,
                         output_elems: elems(node.shape),
                         weight_elems: node.macs() as f64,
@@ -158,7 +172,7 @@ mod tests {
     #[test]
     fn resnet18_fuses_bn_relu_and_residual_adds() {
         let graph = (dlas_zoo::find(Dataset::Cifar10, "resnet18").unwrap().build)();
-        let w = Workload::new(&graph, &combination(Compression::Dense, 0.0));
+        let w = Workload::new(&graph, &combination(Compression::Dense, 0.0), None);
         let convs = w
             .kernels
             .iter()
@@ -178,7 +192,7 @@ mod tests {
     #[test]
     fn pruning_sets_density() {
         let graph = (dlas_zoo::find(Dataset::Cifar10, "vgg16").unwrap().build)();
-        let w = Workload::new(&graph, &combination(Compression::WeightPruning, 0.8));
+        let w = Workload::new(&graph, &combination(Compression::WeightPruning, 0.8), None);
         assert!(
             w.kernels
                 .iter()

@@ -41,7 +41,7 @@ fn combinations(device: &str) -> Vec<Combination> {
 
 fn seconds(spec: &DeviceSpec, c: &Combination) -> f64 {
     let graph = (dlas_zoo::find(c.dataset, &c.model).unwrap().build)();
-    let workload = Workload::new(&graph, c);
+    let workload = Workload::new(&graph, c, None);
     MockDevice::new(spec.clone())
         .predict(c, &workload)
         .unwrap()
@@ -122,7 +122,7 @@ fn runtime_chosen_kernels_are_not_modelled() {
     c.compiler = "tract-opt".into();
     let graph = (dlas_zoo::find(c.dataset, &c.model).unwrap().build)();
     let err = MockDevice::new(spec)
-        .predict(&c, &Workload::new(&graph, &c))
+        .predict(&c, &Workload::new(&graph, &c, None))
         .unwrap_err();
     assert!(
         err.0

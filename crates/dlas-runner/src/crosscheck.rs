@@ -48,6 +48,7 @@ pub fn crosscheck(
         let config = SessionConfig {
             input_shape: [1, ch, h, w],
             threads: 2,
+            half_io: false,
         };
         let input = models::input(&c, seed);
         let reference = dlas_backends::load("ort-noopt", &path, &config)?.run(&input)?;

@@ -3,13 +3,12 @@
 //! against the sha256 the study gives. A file that does not match is never used.
 
 use anyhow::{Context, Result, bail};
-use dlas_core::{Combination, Study};
+use dlas_core::{Combination, Compression, Study};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// The seed of the pinned zoo models (`data/models.lock`).
-pub const MODEL_SEED: u64 = 2023;
+use dlas_zoo::weights::MODEL_SEED;
 
 /// Resolves and verifies model files, each at most once per process.
 pub struct Models {
@@ -40,7 +39,7 @@ impl Models {
 
     /// The verified ONNX file of a combination's model.
     pub fn path(&mut self, study: &Study, c: &Combination) -> Result<PathBuf> {
-        let key = format!("{}-{}", c.dataset, c.model);
+        let key = format!("{}-{}-{}-{}", c.dataset, c.model, c.compression, c.level);
         if let Some(path) = self.verified.get(&key) {
             return Ok(path.clone());
         }
@@ -62,7 +61,8 @@ impl Models {
                 )?;
                 path
             }
-            None => self.zoo_model(c)?,
+            None if c.compression == Compression::Dense => self.zoo_model(c)?,
+            None => self.compressed_model(c)?,
         };
         self.verified.insert(key, path.clone());
         Ok(path)
@@ -84,6 +84,89 @@ impl Models {
             .map_err(|e| anyhow::anyhow!("{e}; delete the file and it is regenerated"))?;
         Ok(path)
     }
+}
+
+impl Models {
+    /// The compressed ONNX file of a zoo network, generated on first use into
+    /// `.cache/models/compressed/` from the pinned weights. fp16 models are
+    /// exported in half precision; int8 models are quantised with a seeded
+    /// min-max calibration set (32 samples) and exported as QDQ. Pruned
+    /// models run on the runtimes only if the study asks for it (the dlas
+    /// study runs them on the native engine's sparse kernels).
+    fn compressed_model(&self, c: &Combination) -> Result<PathBuf> {
+        let level = dlas_core::plan::format_level(c.level);
+        let file = format!("{}-{}-{}-{level}.onnx", c.dataset, c.model, c.compression);
+        let path = self.root.join(".cache/models/compressed").join(&file);
+        if path.exists() {
+            if let Some(expected) = self.lock.get(&format!("compressed/{file}")) {
+                check_hash(&path, expected, "data/models.lock")
+                    .map_err(|e| anyhow::anyhow!("{e}; delete the file and it is regenerated"))?;
+            }
+            return Ok(path);
+        }
+        let bytes = compressed_onnx(c)?;
+        dlas_core::atomic::write_atomic(&path, &bytes)?;
+        Ok(path)
+    }
+}
+
+/// The ONNX bytes of a compressed zoo network (see [`Models`] for the
+/// recipe of each technique). Deterministic: the same combination gives the
+/// same bytes, which `data/models.lock` pins for fp16 and int8.
+pub fn compressed_onnx(c: &Combination) -> Result<Vec<u8>> {
+    let net = dlas_zoo::find(c.dataset, &c.model)?;
+    let graph = (net.build)();
+    let weights = dlas_zoo::weights::generate(&graph, MODEL_SEED);
+    Ok(match c.compression {
+        Compression::Fp16 => dlas_onnx::export_with(
+            &graph,
+            &weights,
+            &dlas_onnx::ExportOptions {
+                dtype: dlas_onnx::Dtype::F16,
+                qdq: None,
+                node_outputs: false,
+            },
+        )?,
+        Compression::Int8 => {
+            let calibration = dlas_compress::Calibration::seeded(
+                &graph,
+                MODEL_SEED,
+                32,
+                dlas_compress::CalibrationMethod::MinMax,
+            );
+            let (_, qdq) =
+                dlas_compress::quantize(&graph, &weights, &calibration, &dlas_compress::Tract)?;
+            dlas_onnx::export_with(
+                &graph,
+                &weights,
+                &dlas_onnx::ExportOptions {
+                    dtype: dlas_onnx::Dtype::F32,
+                    qdq: Some(&qdq),
+                    node_outputs: false,
+                },
+            )?
+        }
+        pruning => {
+            let pruned = match pruning {
+                Compression::WeightPruning => dlas_compress::prune_weights(
+                    &graph,
+                    &weights,
+                    c.level,
+                    dlas_compress::Scope::Global,
+                )?,
+                _ => {
+                    dlas_compress::prune_channels(
+                        &graph,
+                        &weights,
+                        c.level,
+                        dlas_compress::Removal::Zero,
+                    )?
+                    .1
+                }
+            };
+            dlas_onnx::export(&graph, &pruned)
+        }
+    })
 }
 
 fn check_hash(path: &Path, expected: &str, pinned_by: &str) -> Result<()> {

@@ -47,12 +47,6 @@ fn unavailable(c: &Combination, ort: &Result<String, String>) -> Option<String> 
     if c.compiler == "native" {
         return Some("the native engine is not part of this build yet".into());
     }
-    if c.compression != Compression::Dense {
-        return Some(format!(
-            "compressed ({}) ONNX models arrive with the compression stage",
-            c.compression
-        ));
-    }
     match ort {
         Err(e) if c.compiler.starts_with("ort-") => Some(e.clone()),
         _ => None,
@@ -158,6 +152,7 @@ fn measure_one(
     let session_config = SessionConfig {
         input_shape: [c.batch, ch, h, w],
         threads: config.threads,
+        half_io: c.compression == Compression::Fp16,
     };
     let mut session = match dlas_backends::load(&c.compiler, &path, &session_config) {
         Ok(s) => s,

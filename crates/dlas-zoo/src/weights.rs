@@ -12,6 +12,10 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal, Uniform};
 use sha2::{Digest, Sha256};
 
+/// The seed of the pinned models (`data/models.lock`): every stage that
+/// needs "the" weights of a zoo network uses it.
+pub const MODEL_SEED: u64 = 2023;
+
 /// The trainable tensors of one node.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Params {

@@ -36,7 +36,7 @@ pub struct Options {
     #[arg(long, default_value = "minmax")]
     calibration_method: CalibrationMethod,
     /// Seed of the weights and of the calibration inputs.
-    #[arg(long, default_value_t = crate::cmd::zoo::DEFAULT_SEED)]
+    #[arg(long, default_value_t = dlas_zoo::weights::MODEL_SEED)]
     seed: u64,
 }
 

@@ -1,15 +1,14 @@
 //! `dlas zoo`: list the networks, export them as ONNX.
 
 use anyhow::{Context, Result};
-use dlas_core::Dataset;
+use dlas_core::{Algorithm, Combination, Compression, Dataset, Format, Layout};
 use dlas_zoo::{catalogue, weights};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// The seed of the pinned models in data/models.lock (the study's seed).
-pub const DEFAULT_SEED: u64 = 2023;
+use dlas_zoo::weights::MODEL_SEED as DEFAULT_SEED;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -28,7 +27,8 @@ pub enum Command {
         #[arg(long, default_value_t = DEFAULT_SEED)]
         seed: u64,
     },
-    /// Write every network into a folder and print `sha256  file` lines (the lock format).
+    /// Write every network, and its fp16 and int8 compressions (into
+    /// `compressed/`), into a folder; print `sha256  file` lines (the lock format).
     ExportAll {
         #[arg(long)]
         out: PathBuf,
@@ -61,6 +61,30 @@ pub fn run(command: &Command) -> Result<ExitCode> {
                 let file = format!("{}-{}.onnx", net.dataset, net.name);
                 let digest = export(net, &out.join(&file), *seed)?;
                 println!("{digest}  {file}");
+            }
+            for net in catalogue() {
+                for compression in [Compression::Fp16, Compression::Int8] {
+                    let c = Combination {
+                        dataset: net.dataset,
+                        model: net.name.into(),
+                        compression,
+                        level: 0.0,
+                        algorithm: Algorithm::Auto,
+                        format: Format::Dense,
+                        layout: Layout::Nchw,
+                        compiler: String::new(),
+                        tuned: false,
+                        device: String::new(),
+                        batch: 1,
+                    };
+                    let bytes = dlas_runner::models::compressed_onnx(&c)?;
+                    let file = format!(
+                        "compressed/{}-{}-{compression}-0.onnx",
+                        net.dataset, net.name
+                    );
+                    dlas_core::atomic::write_atomic(&out.join(&file), &bytes)?;
+                    println!("{}  {file}", hex::encode(Sha256::digest(&bytes)));
+                }
             }
         }
     }
