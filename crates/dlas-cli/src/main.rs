@@ -36,6 +36,9 @@ enum Command {
     Compare(cmd::compare::Args),
     /// Check that every runtime gives the same logits on the zoo's networks.
     Crosscheck(cmd::crosscheck::Args),
+    /// Run a study across a fleet: Slurm job arrays per device, status, merge.
+    #[command(subcommand)]
+    Cluster(cmd::cluster::Command),
     /// Benchmarks of the measurement machinery itself.
     #[command(subcommand)]
     Bench(cmd::bench::Command),
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
             Command::Compare(args) => cmd::compare::run(&args),
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
             Command::Bench(command) => cmd::bench::run(&command),
+            Command::Cluster(command) => cmd::cluster::run(&project, &command),
             Command::Compress(args) => cmd::compress::run(&project, &args),
             Command::Sweep(args) => cmd::compress::sweep(&args),
             Command::Accuracy(args) => cmd::accuracy::run(&args),

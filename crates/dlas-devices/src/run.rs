@@ -9,6 +9,7 @@ use anyhow::Result;
 use dlas_core::{Combination, Compression, Dataset, ResultRow, Status, Summary};
 use dlas_zoo::Graph;
 use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 /// Warm-up, timed runs and seed of a mocked run.
 #[derive(Debug, Clone, Copy)]
@@ -34,7 +35,6 @@ pub fn run_mocked(
         .map(|s| (s.id.as_str(), MockDevice::new(s.clone())))
         .collect();
     let mut graphs: HashMap<(Dataset, String), Graph> = HashMap::new();
-    let mut densities: HashMap<(Dataset, String, Compression, String), Densities> = HashMap::new();
     let mut rows = Vec::new();
     for c in combinations {
         let Some(device) = devices.get(c.device.as_str()) else {
@@ -56,16 +56,11 @@ pub fn run_mocked(
         }
         let graph = &graphs[&key];
         let measured = if c.compression.is_pruning() {
-            let level = dlas_core::plan::format_level(c.level);
-            let dkey = (c.dataset, c.model.clone(), c.compression, level);
-            if !densities.contains_key(&dkey) {
-                densities.insert(dkey.clone(), pruned_densities(graph, c)?);
-            }
-            Some(&densities[&dkey])
+            Some(pruned_densities(graph, c.compression, c.level)?)
         } else {
             None
         };
-        let workload = Workload::new(graph, c, measured);
+        let workload = Workload::new(graph, c, measured.as_ref());
         let row = match device.measure(c, &workload, protocol.runs, protocol.seed) {
             Ok(samples) => match Summary::from_samples(&samples) {
                 Some(summary) => {
@@ -94,15 +89,39 @@ pub fn run_mocked(
     Ok(rows)
 }
 
-/// Per-layer weight density of the network pruned as the combination says,
-/// on the pinned weights: what the compression stage produces for real devices.
-fn pruned_densities(graph: &Graph, c: &Combination) -> Result<Densities> {
+/// Per-layer weight density of `graph` pruned by `technique` at `level`, on
+/// the pinned weights: what the compression stage produces for real devices.
+/// Memoised per process: pruning ImageNet networks takes a noticeable share
+/// of a report, and the mocked run and the figures need the same numbers.
+pub fn pruned_densities(graph: &Graph, technique: Compression, level: f64) -> Result<Densities> {
+    static MEMO: OnceLock<Mutex<HashMap<String, Densities>>> = OnceLock::new();
+    let key = format!(
+        "{}/{}/{technique}/{}",
+        graph.dataset,
+        graph.name,
+        dlas_core::plan::format_level(level)
+    );
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(d) = memo.lock().expect("memo lock").get(&key) {
+        return Ok(d.clone());
+    }
+    let densities = measure_densities(graph, technique, level)?;
+    memo.lock()
+        .expect("memo lock")
+        .insert(key, densities.clone());
+    Ok(densities)
+}
+
+fn measure_densities(graph: &Graph, technique: Compression, level: f64) -> Result<Densities> {
     let dense = dlas_zoo::weights::generate(graph, dlas_zoo::weights::MODEL_SEED);
-    let pruned = match c.compression {
+    let pruned = match technique {
         Compression::WeightPruning => {
-            dlas_compress::prune_weights(graph, &dense, c.level, dlas_compress::Scope::Global)?
+            dlas_compress::prune_weights(graph, &dense, level, dlas_compress::Scope::Global)?
         }
-        _ => dlas_compress::prune_channels(graph, &dense, c.level, dlas_compress::Removal::Zero)?.1,
+        Compression::ChannelPruning => {
+            dlas_compress::prune_channels(graph, &dense, level, dlas_compress::Removal::Zero)?.1
+        }
+        other => anyhow::bail!("{other} does not prune weights"),
     };
     Ok(graph
         .nodes

@@ -2,10 +2,12 @@
 //!
 //! Numbering is fixed: reviewers and `--figure N` depend on it.
 
-use crate::figure::{FigureData, Panel, Series};
+use crate::analysis;
+use crate::figure::{Body, FigureData, Panel, Series};
 use crate::table::Table;
 use anyhow::{Result, bail};
-use dlas_core::{Algorithm, Dataset, ResultRow, Study};
+use dlas_core::{Algorithm, Compression, Dataset, ResultRow, Study};
+use dlas_devices::DeviceKind;
 use dlas_devices::DeviceSpec;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -47,9 +49,9 @@ pub struct Artifact {
 }
 
 /// Tables implemented so far, by number.
-pub const TABLES: &[usize] = &[1, 2, 5];
+pub const TABLES: &[usize] = &[1, 2, 3, 4, 5, 6, 7];
 /// Figures implemented so far, by number.
-pub const FIGURES: &[usize] = &[4];
+pub const FIGURES: &[usize] = &[4, 5, 6, 7, 8];
 
 /// Builds the selected artifacts.
 pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
@@ -82,9 +84,16 @@ pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
         let svg = f
             .svg()
             .map_err(|e| anyhow::anyhow!("cannot draw figure {n}: {e}"))?;
+        let png = f
+            .png()
+            .map_err(|e| anyhow::anyhow!("cannot draw figure {n}: {e}"))?;
         out.push(Artifact {
             path: format!("figures/figure{n}.svg").into(),
             bytes: svg.into_bytes(),
+        });
+        out.push(Artifact {
+            path: format!("figures/figure{n}.png").into(),
+            bytes: png,
         });
     }
     Ok(out)
@@ -95,7 +104,31 @@ pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
     match n {
         1 => Ok(hardware(inputs)),
         2 => networks(inputs, Dataset::Cifar10, 2),
+        3 => Ok(analysis::time_table(
+            inputs,
+            3,
+            Dataset::Cifar10,
+            DeviceKind::Cpu,
+        )),
+        4 => Ok(analysis::time_table(
+            inputs,
+            4,
+            Dataset::Cifar10,
+            DeviceKind::Gpu,
+        )),
         5 => networks(inputs, Dataset::Imagenet, 5),
+        6 => Ok(analysis::time_table(
+            inputs,
+            6,
+            Dataset::Imagenet,
+            DeviceKind::Cpu,
+        )),
+        7 => Ok(analysis::time_table(
+            inputs,
+            7,
+            Dataset::Imagenet,
+            DeviceKind::Gpu,
+        )),
         _ => bail!("no table {n} in this artifact yet; tables: {TABLES:?}"),
     }
 }
@@ -104,6 +137,14 @@ pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
 pub fn figure(n: usize, inputs: &Inputs) -> Result<FigureData> {
     match n {
         4 => Ok(inference_time(inputs)),
+        5 => Ok(analysis::compression_speedup(inputs, native_footer(inputs))),
+        6 => Ok(analysis::best_algorithm(inputs, native_footer(inputs))),
+        7 => Ok(analysis::expected_vs_achieved(
+            inputs,
+            &|d, m, c| remaining_macs_ratio(inputs, d, m, c),
+            native_footer(inputs),
+        )),
+        8 => Ok(analysis::tuning_speedup(inputs, native_footer(inputs))),
         _ => bail!("no figure {n} in this artifact yet; figures: {FIGURES:?}"),
     }
 }
@@ -285,9 +326,40 @@ fn inference_time(inputs: &Inputs) -> FigureData {
         title: "Inference time per network, compression and algorithm (untuned, batch 1)".into(),
         y_label: "median inference time (ms)".into(),
         log_y: true,
-        panels,
+        body: Body::Bars(panels),
         footer: footer(inputs, &devices),
     }
+}
+
+/// The footer of the figures drawn from the native engine's rows.
+fn native_footer(inputs: &Inputs) -> String {
+    let index = analysis::Index::new(inputs.results);
+    let devices: Vec<String> = analysis::devices(inputs, &index)
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    footer(inputs, &devices)
+}
+
+/// Dense MACs over the MACs left by pruning (the speedup a reader would
+/// expect), from the per-layer densities of the pruned pinned weights.
+fn remaining_macs_ratio(
+    inputs: &Inputs,
+    dataset: Dataset,
+    model: &str,
+    c: Compression,
+) -> Option<f64> {
+    let entry = inputs.study.compressions.iter().find(|e| e.id == c)?;
+    let level = inputs.study.level(entry, model);
+    let graph = (dlas_zoo::find(dataset, model).ok()?.build)();
+    let densities = dlas_devices::run::pruned_densities(&graph, c, level).ok()?;
+    let (mut dense, mut left) = (0.0, 0.0);
+    for node in graph.weighted_layers() {
+        let macs = node.macs() as f64;
+        dense += macs;
+        left += macs * densities.get(&node.name).copied().unwrap_or(1.0);
+    }
+    (left > 0.0).then(|| dense / left)
 }
 
 /// "Source: …" line naming the devices and result files behind a figure.

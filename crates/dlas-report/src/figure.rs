@@ -1,8 +1,10 @@
-//! Figures as data and their SVG rendering.
+//! Figures as data and their rendering to SVG and PNG.
 //!
 //! Text is laid out with the embedded DejaVu Sans (assets/, with its
-//! licence), so the output does not depend on the fonts of the machine.
+//! licence), so the output does not depend on the fonts of the machine, and
+//! the same data gives the same bytes.
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 use serde::Serialize;
@@ -33,6 +35,47 @@ pub struct Panel {
     pub series: Vec<Series>,
 }
 
+/// A labelled point of a scatter series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    pub label: String,
+    pub x: f64,
+    pub y: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScatterSeries {
+    pub name: String,
+    pub points: Vec<Point>,
+}
+
+/// A scatter plot; `diagonal` draws y = x.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScatterPanel {
+    pub title: String,
+    pub x_label: String,
+    pub series: Vec<ScatterSeries>,
+    pub diagonal: bool,
+}
+
+/// A grid of categorical cells (e.g. the best algorithm), coloured by value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Heatmap {
+    pub rows: Vec<String>,
+    pub columns: Vec<String>,
+    /// `cells[row][column]`: a category, or nothing measured.
+    pub cells: Vec<Vec<Option<String>>>,
+    /// Categories in legend (and colour) order.
+    pub categories: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Body {
+    Bars(Vec<Panel>),
+    Scatter(Vec<ScatterPanel>),
+    Heatmap(Heatmap),
+}
+
 /// A figure as data: what snapshot tests compare.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FigureData {
@@ -40,7 +83,7 @@ pub struct FigureData {
     pub title: String,
     pub y_label: String,
     pub log_y: bool,
-    pub panels: Vec<Panel>,
+    pub body: Body,
     pub footer: String,
 }
 
@@ -57,52 +100,105 @@ const COLOURS: [RGBColor; 6] = [
 
 type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+fn round(v: f64) -> f64 {
+    dlas_core::results::round_significant(v, 3)
+}
+
 impl FigureData {
-    /// Renders grouped bars, one panel per row, to SVG text.
+    /// Width and height in pixels.
+    pub fn size(&self) -> (u32, u32) {
+        let (width, panels) = match &self.body {
+            Body::Bars(panels) => {
+                let groups = panels.iter().map(|p| p.groups.len()).max().unwrap_or(1);
+                (
+                    (220 + 22 * groups as u32).max(900),
+                    panels.len().max(1) as u32,
+                )
+            }
+            Body::Scatter(panels) => (900, panels.len().max(1) as u32),
+            Body::Heatmap(h) => {
+                let height = 200 + 18 * h.rows.len() as u32;
+                return (
+                    (420 + 110 * h.columns.len() as u32).max(900),
+                    height + FOOTER_HEIGHT,
+                );
+            }
+        };
+        (width, 40 + PANEL_HEIGHT * panels + FOOTER_HEIGHT)
+    }
+
+    /// Renders to SVG text.
     pub fn svg(&self) -> DrawResult<String> {
         register_font();
-        let groups = self
-            .panels
-            .iter()
-            .map(|p| p.groups.len())
-            .max()
-            .unwrap_or(1);
-        let width = (220 + 22 * groups as u32).max(900);
-        let height = 40 + PANEL_HEIGHT * self.panels.len().max(1) as u32 + FOOTER_HEIGHT;
         let mut out = String::new();
         {
-            let root = SVGBackend::with_string(&mut out, (width, height)).into_drawing_area();
-            root.fill(&WHITE)?;
-            let (main, footer) = root.split_vertically(height - FOOTER_HEIGHT);
-            let main = main.titled(
-                &format!("Figure {}: {}", self.number, self.title),
-                ("sans-serif", 20),
-            )?;
-            let areas = main.split_evenly((self.panels.len().max(1), 1));
-            for (panel, area) in self.panels.iter().zip(areas) {
-                self.draw_panel(panel, &area)?;
-            }
-            footer.draw(&Text::new(
-                self.footer.clone(),
-                (10, 12),
-                ("sans-serif", 13).into_font(),
-            ))?;
-            root.present()?;
+            let root = SVGBackend::with_string(&mut out, self.size()).into_drawing_area();
+            self.draw(&root)?;
         }
         Ok(out)
     }
 
-    fn draw_panel(
+    /// Renders to PNG bytes.
+    pub fn png(&self) -> DrawResult<Vec<u8>> {
+        register_font();
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("figure.png");
+        {
+            let root = BitMapBackend::new(&path, self.size()).into_drawing_area();
+            self.draw(&root)?;
+        }
+        Ok(std::fs::read(&path)?)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        root.fill(&WHITE)?;
+        let (_, height) = root.dim_in_pixel();
+        let (main, footer) = root.split_vertically(height - FOOTER_HEIGHT);
+        let main = main.titled(
+            &format!("Figure {}: {}", self.number, self.title),
+            ("sans-serif", 20),
+        )?;
+        match &self.body {
+            Body::Bars(panels) => {
+                let areas = main.split_evenly((panels.len().max(1), 1));
+                for (panel, area) in panels.iter().zip(areas) {
+                    self.draw_bars(panel, &area)?;
+                }
+            }
+            Body::Scatter(panels) => {
+                let areas = main.split_evenly((panels.len().max(1), 1));
+                for (panel, area) in panels.iter().zip(areas) {
+                    self.draw_scatter(panel, &area)?;
+                }
+            }
+            Body::Heatmap(heatmap) => draw_heatmap(heatmap, &main)?,
+        }
+        footer.draw(&Text::new(
+            self.footer.clone(),
+            (10, 12),
+            ("sans-serif", 13).into_font(),
+        ))?;
+        root.present()?;
+        Ok(())
+    }
+
+    fn draw_bars<DB: DrawingBackend>(
         &self,
         panel: &Panel,
-        area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
-    ) -> DrawResult<()> {
+        area: &DrawingArea<DB, Shift>,
+    ) -> DrawResult<()>
+    where
+        DB::ErrorType: 'static,
+    {
         let values = panel
             .series
             .iter()
             .flat_map(|s| s.values.iter().flatten().copied());
         let (low, high) = values.fold((f64::INFINITY, 0f64), |(l, h), v| (l.min(v), h.max(v)));
-        let (low, high) = if low.is_finite() {
+        let (low, high) = if low.is_finite() && low > 0.0 {
             (low / 2.0, high * 2.0)
         } else {
             (0.01, 1.0)
@@ -163,18 +259,145 @@ impl FigureData {
         Ok(())
     }
 
+    fn draw_scatter<DB: DrawingBackend>(
+        &self,
+        panel: &ScatterPanel,
+        area: &DrawingArea<DB, Shift>,
+    ) -> DrawResult<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        let all = panel.series.iter().flat_map(|s| s.points.iter());
+        let (low, high) = all.fold((f64::INFINITY, 0f64), |(l, h), p| {
+            (l.min(p.x).min(p.y), h.max(p.x).max(p.y))
+        });
+        let (low, high) = if low.is_finite() && low > 0.0 {
+            (low / 1.5, high * 1.5)
+        } else {
+            (0.1, 10.0)
+        };
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 16))
+            .margin(8)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d((low..high).log_scale(), (low..high).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc(&panel.x_label)
+            .y_desc(&self.y_label)
+            .x_label_formatter(&|x| format!("{x:.2}"))
+            .y_label_formatter(&|y| format!("{y:.2}"))
+            .draw()?;
+        if panel.diagonal {
+            chart
+                .draw_series(LineSeries::new([(low, low), (high, high)], BLACK.mix(0.5)))?
+                .label("achieved = expected")
+                .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.mix(0.5)));
+        }
+        for (si, series) in panel.series.iter().enumerate() {
+            let colour = COLOURS[si % COLOURS.len()];
+            chart
+                .draw_series(
+                    series
+                        .points
+                        .iter()
+                        .map(|p| Circle::new((p.x, p.y), 4, colour.filled())),
+                )?
+                .label(series.name.clone())
+                .legend(move |(x, y)| Circle::new((x + 5, y), 4, colour.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 12))
+            .draw()?;
+        Ok(())
+    }
+
     /// The figure's numbers rounded to three significant digits, for snapshots.
     pub fn rounded(&self) -> FigureData {
         let mut copy = self.clone();
-        for panel in &mut copy.panels {
-            for series in &mut panel.series {
-                for v in series.values.iter_mut().flatten() {
-                    *v = dlas_core::results::round_significant(*v, 3);
+        match &mut copy.body {
+            Body::Bars(panels) => {
+                for v in panels
+                    .iter_mut()
+                    .flat_map(|p| p.series.iter_mut())
+                    .flat_map(|s| s.values.iter_mut().flatten())
+                {
+                    *v = round(*v);
                 }
             }
+            Body::Scatter(panels) => {
+                for p in panels
+                    .iter_mut()
+                    .flat_map(|p| p.series.iter_mut())
+                    .flat_map(|s| s.points.iter_mut())
+                {
+                    p.x = round(p.x);
+                    p.y = round(p.y);
+                }
+            }
+            Body::Heatmap(_) => {}
         }
         copy
     }
+}
+
+fn draw_heatmap<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> DrawResult<()>
+where
+    DB::ErrorType: 'static,
+{
+    let (left, top, cell_w, cell_h) = (330i32, 150i32, 110i32, 18i32);
+    let text = ("sans-serif", 12).into_font().color(&BLACK);
+    for (c, column) in h.columns.iter().enumerate() {
+        let x = left + c as i32 * cell_w + cell_w / 2 - 6;
+        area.draw(&Text::new(
+            column.clone(),
+            (x, top - 8),
+            ("sans-serif", 12)
+                .into_font()
+                .transform(FontTransform::Rotate270)
+                .color(&BLACK),
+        ))?;
+    }
+    for (r, row) in h.rows.iter().enumerate() {
+        let y = top + r as i32 * cell_h;
+        area.draw(&Text::new(row.clone(), (10, y + 3), text.clone()))?;
+        for (c, cell) in h.cells[r].iter().enumerate() {
+            let x = left + c as i32 * cell_w;
+            let fill = match cell {
+                Some(v) => {
+                    let i = h.categories.iter().position(|k| k == v).unwrap_or(0);
+                    COLOURS[i % COLOURS.len()].mix(0.7).filled()
+                }
+                None => RGBColor(235, 235, 235).filled(),
+            };
+            area.draw(&Rectangle::new(
+                [(x, y), (x + cell_w - 2, y + cell_h - 2)],
+                fill,
+            ))?;
+            if let Some(v) = cell {
+                area.draw(&Text::new(v.clone(), (x + 4, y + 2), text.clone()))?;
+            }
+        }
+    }
+    let legend_y = top + h.rows.len() as i32 * cell_h + 12;
+    for (i, category) in h.categories.iter().enumerate() {
+        let x = left + i as i32 * 150;
+        area.draw(&Rectangle::new(
+            [(x, legend_y), (x + 14, legend_y + 14)],
+            COLOURS[i % COLOURS.len()].mix(0.7).filled(),
+        ))?;
+        area.draw(&Text::new(
+            category.clone(),
+            (x + 20, legend_y + 1),
+            text.clone(),
+        ))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -187,7 +410,7 @@ mod tests {
             title: "test".into(),
             y_label: "ms".into(),
             log_y: true,
-            panels: vec![Panel {
+            body: Body::Bars(vec![Panel {
                 title: "panel".into(),
                 groups: vec!["a".into(), "b".into()],
                 series: vec![
@@ -200,7 +423,7 @@ mod tests {
                         values: vec![Some(10.0), Some(0.5)],
                     },
                 ],
-            }],
+            }]),
             footer: "Source: test".into(),
         }
     }
@@ -214,5 +437,39 @@ mod tests {
         // Three bars plus two legend swatches are filled rectangles.
         let filled = a.matches("<rect").count();
         assert!(filled >= 5, "{filled} rectangles");
+    }
+
+    #[test]
+    fn png_is_deterministic() {
+        let a = sample().png().unwrap();
+        assert_eq!(&a[1..4], b"PNG");
+        assert_eq!(a, sample().png().unwrap());
+    }
+
+    #[test]
+    fn scatter_and_heatmap_render() {
+        let mut f = sample();
+        f.body = Body::Scatter(vec![ScatterPanel {
+            title: "s".into(),
+            x_label: "expected".into(),
+            series: vec![ScatterSeries {
+                name: "i7".into(),
+                points: vec![Point {
+                    label: "a".into(),
+                    x: 2.0,
+                    y: 1.5,
+                }],
+            }],
+            diagonal: true,
+        }]);
+        assert!(f.svg().unwrap().contains("<circle"));
+        f.body = Body::Heatmap(Heatmap {
+            rows: vec!["r".into()],
+            columns: vec!["c".into()],
+            cells: vec![vec![Some("gemm".into())]],
+            categories: vec!["gemm".into()],
+        });
+        let svg = f.svg().unwrap();
+        assert!(svg.contains("gemm") && svg.contains("<rect"), "{svg}");
     }
 }

@@ -6,6 +6,7 @@
 //! crate reads results rows, the zoo and device specifications; it never
 //! measures or plans anything.
 
+pub mod analysis;
 pub mod catalogue;
 pub mod compare;
 pub mod figure;

@@ -1,0 +1,344 @@
+//! The study's comparisons over results: inference-time tables per platform
+//! kind, speedups over the dense baseline, the best algorithm, expected
+//! against achieved speedups, and what tuning brings. Only the native
+//! engine's rows (the algorithm axis) at batch 1 enter.
+
+use crate::catalogue::Inputs;
+use crate::figure::{Body, FigureData, Heatmap, Panel, Point, ScatterPanel, ScatterSeries, Series};
+use crate::table::Table;
+use dlas_core::{Algorithm, Compression, Dataset, ResultRow};
+use dlas_devices::DeviceKind;
+use std::collections::BTreeMap;
+
+/// Medians of native rows, keyed by (device, dataset, model, compression, algorithm, tuned).
+pub struct Index<'a> {
+    times: BTreeMap<(&'a str, Dataset, &'a str, Compression, Algorithm, bool), f64>,
+}
+
+impl<'a> Index<'a> {
+    pub fn new(rows: &'a [ResultRow]) -> Index<'a> {
+        let times = rows
+            .iter()
+            .filter(|r| r.batch == 1 && r.status.has_timing() && r.algorithm != Algorithm::Auto)
+            .filter_map(|r| {
+                Some((
+                    (
+                        r.device.as_str(),
+                        r.dataset,
+                        r.model.as_str(),
+                        r.compression,
+                        r.algorithm,
+                        r.tuned,
+                    ),
+                    r.median_ms?,
+                ))
+            })
+            .collect();
+        Index { times }
+    }
+
+    pub fn time(
+        &self,
+        device: &str,
+        d: Dataset,
+        model: &str,
+        c: Compression,
+        a: Algorithm,
+        tuned: bool,
+    ) -> Option<f64> {
+        self.times.get(&(device, d, model, c, a, tuned)).copied()
+    }
+
+    /// The fastest algorithm and its time.
+    pub fn best(
+        &self,
+        device: &str,
+        d: Dataset,
+        model: &str,
+        c: Compression,
+        tuned: bool,
+    ) -> Option<(Algorithm, f64)> {
+        [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack]
+            .into_iter()
+            .filter_map(|a| Some((a, self.time(device, d, model, c, a, tuned)?)))
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+    }
+}
+
+/// Devices of the study that have native results, with their kind.
+pub fn devices(inputs: &Inputs, index: &Index) -> Vec<(String, DeviceKind)> {
+    inputs
+        .study
+        .devices
+        .iter()
+        .map(|d| d.get_ref().clone())
+        .filter(|d| index.times.keys().any(|k| k.0 == d.as_str()))
+        .map(|d| {
+            let kind = inputs
+                .specs
+                .iter()
+                .find(|s| s.id == d)
+                .map_or(DeviceKind::Cpu, |s| s.kind);
+            (d, kind)
+        })
+        .collect()
+}
+
+fn models(inputs: &Inputs, dataset: Dataset) -> Vec<String> {
+    inputs
+        .study
+        .models()
+        .into_iter()
+        .filter(|(d, _)| *d == dataset)
+        .map(|(_, m)| m)
+        .collect()
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(
+        || "-".into(),
+        |v| format!("{}", dlas_core::results::round_significant(v, 3)),
+    )
+}
+
+/// Tables 3, 4, 6 and 7: median inference time per network, compression and algorithm.
+pub fn time_table(inputs: &Inputs, number: usize, dataset: Dataset, kind: DeviceKind) -> Table {
+    let index = Index::new(inputs.results);
+    let devices: Vec<String> = devices(inputs, &index)
+        .into_iter()
+        .filter(|(_, k)| *k == kind)
+        .map(|(d, _)| d)
+        .collect();
+    let mut columns: Vec<String> = ["model", "compression", "algorithm"]
+        .map(String::from)
+        .to_vec();
+    for d in &devices {
+        columns.push(format!("{d} untuned (ms)"));
+        columns.push(format!("{d} tuned (ms)"));
+    }
+    let mut rows = Vec::new();
+    for model in models(inputs, dataset) {
+        for c in &inputs.study.compressions {
+            for &a in &inputs.study.algorithms {
+                let mut row = vec![model.clone(), c.id.to_string(), a.to_string()];
+                for d in &devices {
+                    for tuned in [false, true] {
+                        row.push(ms(index.time(d, dataset, &model, c.id, a, tuned)));
+                    }
+                }
+                rows.push(row);
+            }
+        }
+    }
+    let kind_name = match kind {
+        DeviceKind::Cpu => "CPU",
+        DeviceKind::Gpu => "GPU",
+    };
+    Table {
+        number,
+        title: format!(
+            "{dataset} inference time on the {kind_name} platforms (median ms, batch 1)"
+        ),
+        columns,
+        rows,
+        footer: format!(
+            "Source: {}; devices: {}. '-': not measured (excluded by a study rule, or not run).",
+            inputs.result_files.join(", "),
+            if devices.is_empty() {
+                "none".into()
+            } else {
+                devices.join(", ")
+            }
+        ),
+    }
+}
+
+fn groups(inputs: &Inputs, compressions: &[Compression]) -> Vec<(Dataset, String, Compression)> {
+    let mut out = Vec::new();
+    for (dataset, model) in inputs.study.models() {
+        for &c in compressions {
+            if inputs.study.compressions.iter().any(|e| e.id == c) {
+                out.push((dataset, model.clone(), c));
+            }
+        }
+    }
+    out
+}
+
+const COMPRESSED: [Compression; 4] = [
+    Compression::WeightPruning,
+    Compression::ChannelPruning,
+    Compression::Fp16,
+    Compression::Int8,
+];
+
+/// Figure 5: speedup of each compression over the dense network, best
+/// algorithm each, untuned and tuned, one panel per device.
+pub fn compression_speedup(inputs: &Inputs, footer: String) -> FigureData {
+    let index = Index::new(inputs.results);
+    let keys = groups(inputs, &COMPRESSED);
+    let panels = devices(inputs, &index)
+        .into_iter()
+        .map(|(device, _)| Panel {
+            title: device.clone(),
+            groups: keys
+                .iter()
+                .map(|(d, m, c)| format!("{d}/{m} {c}"))
+                .collect(),
+            series: [false, true]
+                .into_iter()
+                .map(|tuned| Series {
+                    name: if tuned { "tuned" } else { "untuned" }.into(),
+                    values: keys
+                        .iter()
+                        .map(|(d, m, c)| {
+                            let dense = index.best(&device, *d, m, Compression::Dense, tuned)?.1;
+                            Some(dense / index.best(&device, *d, m, *c, tuned)?.1)
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    FigureData {
+        number: 5,
+        title: "Speedup over the dense network per compression technique (best algorithm each)"
+            .into(),
+        y_label: "speedup over dense (x)".into(),
+        log_y: true,
+        body: Body::Bars(panels),
+        footer,
+    }
+}
+
+/// Figure 6: the best algorithm per (network, compression) and device, untuned and tuned.
+pub fn best_algorithm(inputs: &Inputs, footer: String) -> FigureData {
+    let index = Index::new(inputs.results);
+    let keys = groups(inputs, Compression::ALL);
+    let devices = devices(inputs, &index);
+    let mut columns = Vec::new();
+    for (d, _) in &devices {
+        columns.push(format!("{d} untuned"));
+        columns.push(format!("{d} tuned"));
+    }
+    let cells = keys
+        .iter()
+        .map(|(ds, m, c)| {
+            devices
+                .iter()
+                .flat_map(|(d, _)| [false, true].map(|t| (d.clone(), t)))
+                .map(|(d, tuned)| {
+                    index
+                        .best(&d, *ds, m, *c, tuned)
+                        .map(|(a, _)| a.to_string())
+                })
+                .collect()
+        })
+        .collect();
+    FigureData {
+        number: 6,
+        title: "The fastest algorithm per network, compression and device".into(),
+        y_label: String::new(),
+        log_y: false,
+        body: Body::Heatmap(Heatmap {
+            rows: keys
+                .iter()
+                .map(|(d, m, c)| format!("{d}/{m} {c}"))
+                .collect(),
+            columns,
+            cells,
+            categories: inputs
+                .study
+                .algorithms
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
+        }),
+        footer,
+    }
+}
+
+/// Figure 7: the speedup pruning should bring (dense MACs over remaining
+/// MACs) against the speedup measured, one point per network, technique
+/// and tuning, one series per device.
+pub fn expected_vs_achieved(
+    inputs: &Inputs,
+    remaining_macs: &dyn Fn(Dataset, &str, Compression) -> Option<f64>,
+    footer: String,
+) -> FigureData {
+    let index = Index::new(inputs.results);
+    let keys = groups(
+        inputs,
+        &[Compression::WeightPruning, Compression::ChannelPruning],
+    );
+    let series = devices(inputs, &index)
+        .into_iter()
+        .map(|(device, _)| ScatterSeries {
+            name: device.clone(),
+            points: keys
+                .iter()
+                .flat_map(|(d, m, c)| [false, true].map(|t| (d, m, c, t)))
+                .filter_map(|(d, m, c, tuned)| {
+                    let expected = remaining_macs(*d, m, *c)?;
+                    let dense = index.best(&device, *d, m, Compression::Dense, tuned)?.1;
+                    let pruned = index.best(&device, *d, m, *c, tuned)?.1;
+                    Some(Point {
+                        label: format!("{d}/{m} {c}{}", if tuned { " tuned" } else { "" }),
+                        x: expected,
+                        y: dense / pruned,
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    FigureData {
+        number: 7,
+        title: "Expected (from remaining MACs) against achieved speedup of pruned networks".into(),
+        y_label: "achieved speedup (x)".into(),
+        log_y: true,
+        body: Body::Scatter(vec![ScatterPanel {
+            title: "all devices".into(),
+            x_label: "expected speedup: dense MACs / remaining MACs (x)".into(),
+            series,
+            diagonal: true,
+        }]),
+        footer,
+    }
+}
+
+/// Figure 8: what tuning brings (best untuned over best tuned time), per
+/// network and compression, one panel per device.
+pub fn tuning_speedup(inputs: &Inputs, footer: String) -> FigureData {
+    let index = Index::new(inputs.results);
+    let models = inputs.study.models();
+    let panels = devices(inputs, &index)
+        .into_iter()
+        .map(|(device, _)| Panel {
+            title: device.clone(),
+            groups: models.iter().map(|(d, m)| format!("{d}/{m}")).collect(),
+            series: inputs
+                .study
+                .compressions
+                .iter()
+                .map(|c| Series {
+                    name: c.id.to_string(),
+                    values: models
+                        .iter()
+                        .map(|(d, m)| {
+                            let untuned = index.best(&device, *d, m, c.id, false)?.1;
+                            Some(untuned / index.best(&device, *d, m, c.id, true)?.1)
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    FigureData {
+        number: 8,
+        title: "Speedup from tuning (best untuned over best tuned) for dense, pruned and quantized networks".into(),
+        y_label: "speedup from tuning (x)".into(),
+        log_y: true,
+        body: Body::Bars(panels),
+        footer,
+    }
+}
