@@ -1,0 +1,72 @@
+//! What an engine is asked to be: the study's axes for the backend layer
+//! plus the thread count and an optional schedule.
+
+use crate::schedule::Schedule;
+use dlas_core::{Algorithm, Layout};
+
+/// How weights are stored. `Auto` measures each layer's weight density.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FormatChoice {
+    Auto,
+    Dense,
+    Csr,
+    /// Block-sparse rows with `rows` x `cols` blocks; rows in {1, 2, 4, 8},
+    /// cols in 1..=16.
+    Bsr {
+        rows: usize,
+        cols: usize,
+    },
+}
+
+/// Storage type of weights and activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Threads of the engine's own pool (never the global rayon pool).
+    pub threads: usize,
+    /// One algorithm for every convolution, like the study's axis.
+    pub algorithm: Algorithm,
+    pub format: FormatChoice,
+    pub layout: Layout,
+    pub dtype: DType,
+    /// A schedule for every convolution; `None` takes each layer's
+    /// untuned default. Must belong to `algorithm`.
+    pub schedule: Option<Schedule>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            algorithm: Algorithm::Gemm,
+            format: FormatChoice::Auto,
+            layout: Layout::Nchw,
+            dtype: DType::F32,
+            schedule: None,
+        }
+    }
+}
+
+/// A configuration the engine cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "algorithm `auto` means the runtime picks its kernels; the engine needs one of direct, gemm, spatial-pack"
+    )]
+    AutoAlgorithm,
+    #[error("layout nhwc is implemented by the gemm algorithm with dense weights only (got {0})")]
+    Nhwc(String),
+    #[error("a {given} schedule cannot drive the {algorithm} algorithm")]
+    ScheduleMismatch {
+        given: &'static str,
+        algorithm: Algorithm,
+    },
+    #[error("BSR blocks must have rows in {{1, 2, 4, 8}} and cols in 1..=16 (got {rows}x{cols})")]
+    Blocks { rows: usize, cols: usize },
+    #[error("threads must be at least 1")]
+    Threads,
+}

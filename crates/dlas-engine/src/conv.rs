@@ -1,0 +1,194 @@
+//! One convolution layer: a workload, its epilogue, and the kernel of the
+//! chosen algorithm with weights packed for it at load.
+
+use crate::config::{ConfigError, EngineConfig, FormatChoice};
+use crate::direct::DirectConv;
+use crate::epilogue::{Activation, Epilogue};
+use crate::gemm::GemmConv;
+use crate::schedule::{DirectSchedule, GemmSchedule, Schedule, SpatialPackSchedule};
+use crate::sparse::{block_fill, density};
+use crate::spatial_pack::SpatialPackConv;
+use crate::workload::Workload;
+use dlas_core::{Algorithm, Format, Layout};
+
+#[derive(Debug, Clone)]
+enum Kernel {
+    Direct(DirectConv),
+    Gemm(GemmConv),
+    SpatialPack(SpatialPackConv),
+}
+
+/// A packed convolution (with bias and activation) ready to run.
+#[derive(Debug, Clone)]
+pub struct Conv2d {
+    workload: Workload,
+    epi: Epilogue,
+    kernel: Kernel,
+    format: Format,
+    blocks: Option<(usize, usize)>,
+    layout: Layout,
+}
+
+/// Weight density below which `FormatChoice::Auto` goes sparse: under it a
+/// sparse kernel's extra index traffic is paid back by skipped FMAs.
+pub const SPARSE_DENSITY: f64 = 0.35;
+/// Fraction of nonzeros within stored blocks above which Auto prefers BSR.
+pub const BSR_FILL: f64 = 0.6;
+
+/// The untuned schedule of `algorithm` for `w`, shrunk to fit small outputs.
+pub fn default_schedule(algorithm: Algorithm, w: &Workload) -> Result<Schedule, ConfigError> {
+    Ok(match algorithm {
+        Algorithm::Direct => Schedule::Direct(DirectSchedule::default()),
+        Algorithm::Gemm => Schedule::Gemm(GemmSchedule::default()),
+        Algorithm::SpatialPack => {
+            let d = SpatialPackSchedule::default();
+            Schedule::SpatialPack(SpatialPackSchedule {
+                vh: d.vh.min(w.out_h),
+                vw: d.vw.min(w.out_w),
+                ..d
+            })
+        }
+        Algorithm::Auto => return Err(ConfigError::AutoAlgorithm),
+    })
+}
+
+/// Resolves a format choice for one layer's weights to BSR block sizes
+/// (`None`: dense; CSR is 1x1 blocks).
+fn resolve_format(
+    choice: FormatChoice,
+    w: &Workload,
+    weights: &[f32],
+) -> Result<Option<(usize, usize)>, ConfigError> {
+    Ok(match choice {
+        FormatChoice::Dense => None,
+        FormatChoice::Csr => Some((1, 1)),
+        FormatChoice::Bsr { rows, cols } => {
+            if ![1, 2, 4, 8].contains(&rows) || !(1..=16).contains(&cols) {
+                return Err(ConfigError::Blocks { rows, cols });
+            }
+            Some((rows, cols))
+        }
+        FormatChoice::Auto => {
+            if density(weights) >= SPARSE_DENSITY {
+                None
+            } else {
+                let (rows, cols) = (w.out_channels, w.reduction());
+                [(4, 4), (1, 4)]
+                    .into_iter()
+                    .find(|&(r, c)| {
+                        w.out_channels_per_group().is_multiple_of(r)
+                            && block_fill(weights, rows, cols, r, c) >= BSR_FILL
+                    })
+                    .or(Some((1, 1)))
+            }
+        }
+    })
+}
+
+impl Conv2d {
+    /// Packs `weights` ((out, in / groups, k, k) row-major, BN already
+    /// folded) for the algorithm, format, layout and schedule of `config`.
+    pub fn new(
+        workload: Workload,
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        act: Activation,
+        config: &EngineConfig,
+    ) -> anyhow::Result<Conv2d> {
+        let w = workload;
+        anyhow::ensure!(
+            weights.len() == w.out_channels * w.reduction(),
+            "{w}: expected {} weights, got {}",
+            w.out_channels * w.reduction(),
+            weights.len()
+        );
+        let blocks = resolve_format(config.format, &w, weights)?;
+        let schedule = match config.schedule {
+            Some(s) => s,
+            None => default_schedule(config.algorithm, &w)?,
+        };
+        let nhwc = config.layout == Layout::Nhwc;
+        if nhwc && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
+            let what = match blocks {
+                Some(_) => "sparse weights".to_string(),
+                None => config.algorithm.to_string(),
+            };
+            return Err(ConfigError::Nhwc(what).into());
+        }
+        schedule.validate(&w)?;
+        let kernel = match (config.algorithm, schedule) {
+            (Algorithm::Direct, Schedule::Direct(s)) => {
+                Kernel::Direct(DirectConv::new(w, s, weights, blocks))
+            }
+            (Algorithm::Gemm, Schedule::Gemm(s)) => {
+                Kernel::Gemm(GemmConv::new(w, s, weights, blocks, nhwc))
+            }
+            (Algorithm::SpatialPack, Schedule::SpatialPack(s)) => {
+                Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, blocks))
+            }
+            (Algorithm::Auto, _) => return Err(ConfigError::AutoAlgorithm.into()),
+            (algorithm, s) => {
+                return Err(ConfigError::ScheduleMismatch {
+                    given: s.algorithm_name(),
+                    algorithm,
+                }
+                .into());
+            }
+        };
+        Ok(Conv2d {
+            workload: w,
+            epi: Epilogue {
+                bias: bias.map_or_else(|| vec![0.0; w.out_channels], <[f32]>::to_vec),
+                act,
+            },
+            kernel,
+            format: match blocks {
+                None => Format::Dense,
+                Some((1, 1)) => Format::Csr,
+                Some(_) => Format::Bsr,
+            },
+            blocks,
+            layout: config.layout,
+        })
+    }
+
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    /// The storage format chosen for the weights.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// BSR block shape of sparse weights (1x1 for CSR).
+    pub fn blocks(&self) -> Option<(usize, usize)> {
+        self.blocks
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// One sample, inside the caller's thread pool.
+    pub(crate) fn run_sample(&self, input: &[f32], out: &mut [f32], residual: Option<&[f32]>) {
+        match &self.kernel {
+            Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
+            Kernel::Gemm(k) => k.run(input, out, &self.epi, residual),
+            Kernel::SpatialPack(k) => k.run(input, out, &self.epi, residual),
+        }
+    }
+
+    /// Runs a batch (in the layer's layout) on `pool`.
+    pub fn run(&self, pool: &rayon::ThreadPool, input: &[f32], batch: usize) -> Vec<f32> {
+        let (il, ol) = (self.workload.in_len(), self.workload.out_len());
+        assert_eq!(input.len(), batch * il, "input length");
+        let mut out = vec![0.0; batch * ol];
+        pool.install(|| {
+            for (x, y) in input.chunks(il).zip(out.chunks_mut(ol)) {
+                self.run_sample(x, y, None);
+            }
+        });
+        out
+    }
+}

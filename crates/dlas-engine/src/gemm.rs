@@ -1,0 +1,494 @@
+//! im2col + GEMM convolution, dense and block-sparse.
+//!
+//! Dense: C = A * B with both operands in panel-major packed form. The
+//! weight operand is packed once at load (A panels for NCHW, B panels for
+//! NHWC); the activation operand is packed per run straight from the input
+//! tensor, so no separate im2col matrix is ever materialised (for a 1x1
+//! stride-1 convolution the packing is a plain copy). Panels hold the whole
+//! reduction dimension, so any `kc` block is a contiguous slice of a panel.
+//!
+//! Sparse (NCHW only): the im2col matrix is materialised row-major and each
+//! stored weight block scales rows of it into register-resident strips of C.
+
+use crate::epilogue::{Epilogue, SyncPtr, has_avx2_fma, madd};
+use crate::schedule::{GemmSchedule, ParallelLoop};
+use crate::sparse::BlockSparse;
+use crate::workload::Workload;
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// `c[MR x NR] (+)= a_panel[k x MR]^T * b_panel[k x NR]`, row stride `ldc`.
+type Micro = unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool);
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn micro_avx2<const MR: usize, const NV: usize>(
+    k: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller passes panels of at least k*MR and k*NV*8 floats and
+    // a C tile of MR rows of NV*8 floats with row stride ldc.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+        let (mut a, mut b) = (a, b);
+        for _ in 0..k {
+            let mut bv = [_mm256_setzero_ps(); NV];
+            for (v, x) in bv.iter_mut().enumerate() {
+                *x = _mm256_loadu_ps(b.add(8 * v));
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_set1_ps(*a.add(i));
+                for (x, bx) in row.iter_mut().zip(&bv) {
+                    *x = _mm256_fmadd_ps(av, *bx, *x);
+                }
+            }
+            a = a.add(MR);
+            b = b.add(8 * NV);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (v, x) in row.iter().enumerate() {
+                let p = c.add(i * ldc + 8 * v);
+                let mut x = *x;
+                if accumulate {
+                    x = _mm256_add_ps(x, _mm256_loadu_ps(p));
+                }
+                _mm256_storeu_ps(p, x);
+            }
+        }
+    }
+}
+
+unsafe fn micro_portable<const MR: usize, const NR: usize>(
+    k: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    // SAFETY: as for `micro_avx2`.
+    unsafe {
+        let mut acc = [[0.0f32; NR]; MR];
+        for p in 0..k {
+            let bp = std::slice::from_raw_parts(b.add(p * NR), NR);
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = *a.add(p * MR + i);
+                for (x, bx) in row.iter_mut().zip(bp) {
+                    *x += av * bx;
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (j, x) in row.iter().enumerate() {
+                let p = c.add(i * ldc + j);
+                *p = if accumulate { *p + x } else { *x };
+            }
+        }
+    }
+}
+
+/// The microkernel for an `mr` x `nr` tile (one of [`crate::schedule::GEMM_TILES`]).
+fn microkernel(mr: usize, nr: usize) -> Micro {
+    macro_rules! pick {
+        ($(($m:literal, $n:literal, $nv:literal)),*) => {
+            match (mr, nr) {
+                $(
+                    #[cfg(target_arch = "x86_64")]
+                    ($m, $n) if has_avx2_fma() => micro_avx2::<$m, $nv>,
+                    ($m, $n) => micro_portable::<$m, $n>,
+                )*
+                _ => unreachable!("schedules are validated against GEMM_TILES"),
+            }
+        };
+    }
+    pick!((6, 16, 2), (4, 24, 3), (8, 8, 1), (4, 16, 2), (4, 8, 1))
+}
+
+/// Packs `count` vectors of length `k` (rows of A or columns of B) into
+/// panels of `width` vectors: panel p holds, for each kk, the values
+/// `get(p * width + j, kk)` for j in 0..width, zero past `count`.
+pub(crate) fn pack_panels(
+    count: usize,
+    k: usize,
+    width: usize,
+    get: impl Fn(usize, usize) -> f32 + Sync,
+) -> Vec<f32> {
+    let mut out = vec![0.0; count.div_ceil(width) * k * width];
+    out.par_chunks_mut(k * width)
+        .enumerate()
+        .for_each(|(p, panel)| {
+            for j in 0..width.min(count - p * width) {
+                for kk in 0..k {
+                    panel[kk * width + j] = get(p * width + j, kk);
+                }
+            }
+        });
+    out
+}
+
+/// C (m x n, row stride ldc) = A * B from packed operands; `epi(rows, cols)`
+/// finishes each block of C once its reduction is complete.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_packed(
+    s: &GemmSchedule,
+    par_m: bool,
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    b: &[f32],
+    c: SyncPtr,
+    ldc: usize,
+    epi: &(dyn Fn(Range<usize>, Range<usize>) + Sync),
+) {
+    let micro = microkernel(s.mr, s.nr);
+    let (mr, nr) = (s.mr, s.nr);
+    let tile = |i: usize, j: usize| {
+        let rows = i * s.mc..m.min((i + 1) * s.mc);
+        let cols = j * s.nc..n.min((j + 1) * s.nc);
+        for pc in (0..k).step_by(s.kc) {
+            let kb = s.kc.min(k - pc);
+            for jr in cols.start / nr..cols.end.div_ceil(nr) {
+                let bp = b[(jr * k + pc) * nr..].as_ptr();
+                for ir in rows.start / mr..rows.end.div_ceil(mr) {
+                    let ap = a[(ir * k + pc) * mr..].as_ptr();
+                    let (r0, c0) = (ir * mr, jr * nr);
+                    let (mv, nv) = (mr.min(m - r0), nr.min(n - c0));
+                    // SAFETY: panels hold k * width floats; the C tile lies in
+                    // rows r0..r0+mv, columns c0..c0+nv, which only this task writes.
+                    unsafe {
+                        let cp = c.get().add(r0 * ldc + c0);
+                        if mv == mr && nv == nr {
+                            micro(kb, ap, bp, cp, ldc, pc > 0);
+                        } else {
+                            let mut t = [0.0f32; 96];
+                            for y in 0..mv {
+                                for x in 0..nv {
+                                    if pc > 0 {
+                                        t[y * nr + x] = *cp.add(y * ldc + x);
+                                    }
+                                }
+                            }
+                            micro(kb, ap, bp, t.as_mut_ptr(), nr, pc > 0);
+                            for y in 0..mv {
+                                for x in 0..nv {
+                                    *cp.add(y * ldc + x) = t[y * nr + x];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        epi(rows, cols);
+    };
+    let (mchunks, nchunks) = (m.div_ceil(s.mc), n.div_ceil(s.nc));
+    if par_m {
+        (0..mchunks)
+            .into_par_iter()
+            .for_each(|i| (0..nchunks).for_each(|j| tile(i, j)));
+    } else {
+        (0..nchunks)
+            .into_par_iter()
+            .for_each(|j| (0..mchunks).for_each(|i| tile(i, j)));
+    }
+}
+
+/// Weights of a GEMM convolution, packed at load.
+#[derive(Debug, Clone)]
+enum Packed {
+    /// NCHW: per group, A = weights (oc x reduction) in `mr` panels.
+    Nchw(Vec<Vec<f32>>),
+    /// NHWC: per group, B = weights^T (reduction x oc) in `nr` panels, the
+    /// reduction ordered (ky, kx, ic) to match NHWC patches.
+    Nhwc(Vec<Vec<f32>>),
+    /// NCHW, block-sparse weights per group.
+    Sparse(Vec<BlockSparse>),
+}
+
+/// A convolution computed as a matrix multiplication.
+#[derive(Debug, Clone)]
+pub(crate) struct GemmConv {
+    w: Workload,
+    s: GemmSchedule,
+    packed: Packed,
+}
+
+impl GemmConv {
+    /// `weights` is (out, in / groups, k, k) row-major; `blocks` selects the
+    /// sparse kernel with that BSR block shape; `nhwc` the activation layout.
+    pub fn new(
+        w: Workload,
+        s: GemmSchedule,
+        weights: &[f32],
+        blocks: Option<(usize, usize)>,
+        nhwc: bool,
+    ) -> GemmConv {
+        let (ocg, red, kk) = (
+            w.out_channels_per_group(),
+            w.reduction(),
+            w.kernel * w.kernel,
+        );
+        let icg = w.in_channels_per_group();
+        let group = |g: usize| &weights[g * ocg * red..(g + 1) * ocg * red];
+        let packed = match (blocks, nhwc) {
+            (Some((r, c)), _) => Packed::Sparse(
+                (0..w.groups)
+                    .map(|g| BlockSparse::from_dense(group(g), ocg, red, r, c))
+                    .collect(),
+            ),
+            (None, false) => Packed::Nchw(
+                (0..w.groups)
+                    .map(|g| {
+                        let wg = group(g);
+                        pack_panels(ocg, red, s.mr, |o, q| wg[o * red + q])
+                    })
+                    .collect(),
+            ),
+            (None, true) => Packed::Nhwc(
+                (0..w.groups)
+                    .map(|g| {
+                        let wg = group(g);
+                        pack_panels(ocg, red, s.nr, |o, q| {
+                            let (pos, ic) = (q / icg, q % icg);
+                            wg[o * red + ic * kk + pos]
+                        })
+                    })
+                    .collect(),
+            ),
+        };
+        GemmConv { w, s, packed }
+    }
+
+    /// One sample: `input` and `out` in the layout the weights were packed for.
+    pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
+        let w = &self.w;
+        let (ocg, icg, red) = (
+            w.out_channels_per_group(),
+            w.in_channels_per_group(),
+            w.reduction(),
+        );
+        let (k, s, p) = (w.kernel, w.stride, w.padding as isize);
+        let (h, wd, ow, pix) = (w.in_h as isize, w.in_w as isize, w.out_w, w.out_pixels());
+        let c = SyncPtr::new(out);
+        // Input coordinates of a patch element, None in the padding.
+        let at = move |pixel: usize, ky: usize, kx: usize| {
+            let iy = ((pixel / ow) * s + ky) as isize - p;
+            let ix = ((pixel % ow) * s + kx) as isize - p;
+            (iy >= 0 && ix >= 0 && iy < h && ix < wd).then_some((iy as usize, ix as usize))
+        };
+        match &self.packed {
+            Packed::Nchw(a) => (0..w.groups).into_par_iter().for_each(|g| {
+                let plane = w.in_h * w.in_w;
+                let b = pack_panels(pix, red, self.s.nr, |col, q| {
+                    let (ic, ky, kx) = (g * icg + q / (k * k), q % (k * k) / k, q % k);
+                    at(col, ky, kx).map_or(0.0, |(iy, ix)| input[ic * plane + iy * w.in_w + ix])
+                });
+                let epi_block = |rows: Range<usize>, cols: Range<usize>| {
+                    for r in rows {
+                        let oc = g * ocg + r;
+                        // SAFETY: this block's rows and columns belong to this task.
+                        let o = unsafe { c.slice(oc * pix + cols.start, cols.len()) };
+                        epi.channel(
+                            oc,
+                            o,
+                            residual.map(|x| &x[oc * pix + cols.start..][..cols.len()]),
+                        );
+                    }
+                };
+                let cg = c.offset(g * ocg * pix);
+                let par_m = self.s.parallel == ParallelLoop::OutputChannels;
+                gemm_packed(
+                    &self.s,
+                    par_m,
+                    (ocg, pix, red),
+                    &a[g],
+                    &b,
+                    cg,
+                    pix,
+                    &epi_block,
+                );
+            }),
+            Packed::Nhwc(b) => (0..w.groups).into_par_iter().for_each(|g| {
+                let cin = w.in_channels;
+                let a = pack_panels(pix, red, self.s.mr, |pixel, q| {
+                    let (pos, ic) = (q / icg, q % icg);
+                    at(pixel, pos / k, pos % k).map_or(0.0, |(iy, ix)| {
+                        input[(iy * w.in_w + ix) * cin + g * icg + ic]
+                    })
+                });
+                let cout = w.out_channels;
+                let epi_block = |rows: Range<usize>, cols: Range<usize>| {
+                    for px in rows {
+                        let off = px * cout + g * ocg + cols.start;
+                        // SAFETY: this block's rows and columns belong to this task.
+                        let o = unsafe { c.slice(off, cols.len()) };
+                        epi.pixel(
+                            g * ocg + cols.start,
+                            o,
+                            residual.map(|x| &x[off..][..cols.len()]),
+                        );
+                    }
+                };
+                let cg = c.offset(g * ocg);
+                let par_m = self.s.parallel == ParallelLoop::Spatial;
+                gemm_packed(
+                    &self.s,
+                    par_m,
+                    (pix, ocg, red),
+                    &a,
+                    &b[g],
+                    cg,
+                    cout,
+                    &epi_block,
+                );
+            }),
+            Packed::Sparse(mats) => (0..w.groups).into_par_iter().for_each(|g| {
+                let m = &mats[g];
+                // im2col, row-major, rows padded to whole blocks and to
+                // a strip beyond the last column so a strip kernel never reads past a row.
+                let ldb = pix + STRIP;
+                let krows = red.next_multiple_of(m.c);
+                let mut bmat = vec![0.0f32; krows * ldb];
+                bmat.par_chunks_mut(ldb)
+                    .take(red)
+                    .enumerate()
+                    .for_each(|(q, row)| {
+                        let (ic, ky, kx) = (g * icg + q / (k * k), q % (k * k) / k, q % k);
+                        let plane = &input[ic * w.in_h * w.in_w..][..w.in_h * w.in_w];
+                        for (col, v) in row[..pix].iter_mut().enumerate() {
+                            if let Some((iy, ix)) = at(col, ky, kx) {
+                                *v = plane[iy * w.in_w + ix];
+                            }
+                        }
+                    });
+                sparse_gemm(&self.s, m, &bmat, ldb, pix, g * ocg, c, epi, residual);
+            }),
+        }
+    }
+}
+
+/// Columns of C a sparse task keeps in registers at once.
+const STRIP: usize = 16;
+
+/// Rows `oc0..oc0 + m.rows` of C (row stride `n`) = m * B.
+#[allow(clippy::too_many_arguments)]
+fn sparse_gemm(
+    s: &GemmSchedule,
+    m: &BlockSparse,
+    b: &[f32],
+    ldb: usize,
+    n: usize,
+    oc0: usize,
+    c: SyncPtr,
+    epi: &Epilogue,
+    residual: Option<&[f32]>,
+) {
+    let task = sparse_task(m.r);
+    let chunks = n.div_ceil(s.nc);
+    let run = |br: usize, j: usize| {
+        let cols = j * s.nc..n.min((j + 1) * s.nc);
+        // SAFETY: block row br and columns `cols` are this task's alone.
+        unsafe { task(m, br, b, ldb, cols.clone(), oc0, c, n) };
+        for r in br * m.r..m.rows.min((br + 1) * m.r) {
+            let oc = oc0 + r;
+            // SAFETY: as above.
+            let o = unsafe { c.slice(oc * n + cols.start, cols.len()) };
+            epi.channel(
+                oc,
+                o,
+                residual.map(|x| &x[oc * n + cols.start..][..cols.len()]),
+            );
+        }
+    };
+    if s.parallel == ParallelLoop::OutputChannels {
+        (0..m.block_rows())
+            .into_par_iter()
+            .for_each(|br| (0..chunks).for_each(|j| run(br, j)));
+    } else {
+        (0..chunks)
+            .into_par_iter()
+            .for_each(|j| (0..m.block_rows()).for_each(|br| run(br, j)));
+    }
+}
+
+type SparseTask =
+    unsafe fn(&BlockSparse, usize, &[f32], usize, Range<usize>, usize, SyncPtr, usize);
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn sparse_body<const R: usize, const FMA: bool>(
+    m: &BlockSparse,
+    br: usize,
+    b: &[f32],
+    ldb: usize,
+    cols: Range<usize>,
+    oc0: usize,
+    c: SyncPtr,
+    ldc: usize,
+) {
+    let rows = R.min(m.rows - br * R);
+    for x0 in cols.clone().step_by(STRIP) {
+        let width = STRIP.min(cols.end - x0);
+        let mut acc = [[0.0f32; STRIP]; R];
+        for blk in m.row_ptr[br]..m.row_ptr[br + 1] {
+            let k0 = m.block_cols[blk];
+            let vals = &m.values[blk * R * m.c..][..R * m.c];
+            for cc in 0..m.c {
+                let brow: &[f32; STRIP] = b[(k0 + cc) * ldb + x0..][..STRIP]
+                    .try_into()
+                    .expect("rows are padded to whole strips");
+                for (rr, a) in acc.iter_mut().enumerate() {
+                    let v = vals[rr * m.c + cc];
+                    for (a, &x) in a.iter_mut().zip(brow) {
+                        *a = madd::<FMA>(v, x, *a);
+                    }
+                }
+            }
+        }
+        for (rr, a) in acc.iter().enumerate().take(rows) {
+            // SAFETY: the caller owns these rows and columns of C.
+            let o = unsafe { c.slice((oc0 + br * R + rr) * ldc + x0, width) };
+            o.copy_from_slice(&a[..width]);
+        }
+    }
+}
+
+macro_rules! sparse_versions {
+    ($($r:literal => $avx:ident, $port:ident;)*) => {
+        $(
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn $avx(m: &BlockSparse, br: usize, b: &[f32], ldb: usize, cols: Range<usize>, oc0: usize, c: SyncPtr, ldc: usize) {
+                // SAFETY: forwarded from the caller.
+                unsafe { sparse_body::<$r, true>(m, br, b, ldb, cols, oc0, c, ldc) }
+            }
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn $port(m: &BlockSparse, br: usize, b: &[f32], ldb: usize, cols: Range<usize>, oc0: usize, c: SyncPtr, ldc: usize) {
+                // SAFETY: forwarded from the caller.
+                unsafe { sparse_body::<$r, false>(m, br, b, ldb, cols, oc0, c, ldc) }
+            }
+        )*
+        fn sparse_task(r: usize) -> SparseTask {
+            match r {
+                $(
+                    #[cfg(target_arch = "x86_64")]
+                    $r if has_avx2_fma() => $avx,
+                    $r => $port,
+                )*
+                _ => unreachable!("block rows are validated at load"),
+            }
+        }
+    };
+}
+
+sparse_versions! {
+    1 => sparse_avx2_1, sparse_portable_1;
+    2 => sparse_avx2_2, sparse_portable_2;
+    4 => sparse_avx2_4, sparse_portable_4;
+    8 => sparse_avx2_8, sparse_portable_8;
+}

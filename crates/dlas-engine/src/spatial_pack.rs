@@ -1,0 +1,318 @@
+//! Spatial pack, NCHW: the input is zero-padded once per run into a buffer
+//! that covers whole output tiles, weights are packed at load as
+//! [group][oc block][ic][ky][kx][vc], and each task accumulates a `vh` x `vw`
+//! output tile for `vc` output channels (the vector) in registers.
+//! The sparse variant keeps block rows of weights and skips absent blocks.
+
+use crate::epilogue::{Epilogue, SyncPtr, has_avx2_fma, madd};
+use crate::schedule::{ParallelLoop, SpatialPackSchedule};
+use crate::sparse::BlockSparse;
+use crate::workload::Workload;
+use rayon::prelude::*;
+
+/// Largest `vh * vw` a schedule may ask for (validated: <= 14 registers).
+const MAX_TILE: usize = 16;
+/// Largest BSR block height the sparse variant accepts.
+pub(crate) const MAX_BLOCK_ROWS: usize = 8;
+
+#[derive(Debug, Clone)]
+enum Packed {
+    Dense(Vec<f32>),
+    Sparse(Vec<BlockSparse>),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SpatialPackConv {
+    w: Workload,
+    s: SpatialPackSchedule,
+    packed: Packed,
+    /// Padded input height and width: whole tiles plus the kernel's reach.
+    hp: usize,
+    wp: usize,
+}
+
+/// Where a task writes: one tile of one oc block of one group.
+#[derive(Clone, Copy)]
+struct Tile {
+    g: usize,
+    ob: usize,
+    oy0: usize,
+    ox0: usize,
+}
+
+impl SpatialPackConv {
+    pub fn new(
+        w: Workload,
+        s: SpatialPackSchedule,
+        weights: &[f32],
+        blocks: Option<(usize, usize)>,
+    ) -> Self {
+        let (ocg, red) = (w.out_channels_per_group(), w.reduction());
+        let packed = match blocks {
+            Some((r, c)) => Packed::Sparse(
+                weights
+                    .chunks(ocg * red)
+                    .map(|g| BlockSparse::from_dense(g, ocg, red, r, c))
+                    .collect(),
+            ),
+            None => {
+                let vc = s.vc;
+                let blocks = ocg.div_ceil(vc);
+                let mut p = vec![0.0; w.groups * blocks * red * vc];
+                for g in 0..w.groups {
+                    for o in 0..ocg {
+                        for q in 0..red {
+                            let (ob, lane) = (o / vc, o % vc);
+                            p[((g * blocks + ob) * red + q) * vc + lane] =
+                                weights[(g * ocg + o) * red + q];
+                        }
+                    }
+                }
+                Packed::Dense(p)
+            }
+        };
+        let reach = |out: usize, tile: usize| (out.div_ceil(tile) * tile - 1) * w.stride + w.kernel;
+        SpatialPackConv {
+            w,
+            s,
+            packed,
+            hp: reach(w.out_h, s.vh).max(w.in_h + 2 * w.padding),
+            wp: reach(w.out_w, s.vw).max(w.in_w + 2 * w.padding),
+        }
+    }
+
+    /// One NCHW sample.
+    pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
+        let w = &self.w;
+        let (hp, wp, p) = (self.hp, self.wp, w.padding);
+        let mut padded = vec![0.0f32; w.in_channels * hp * wp];
+        padded
+            .par_chunks_mut(hp * wp)
+            .zip(input.par_chunks(w.in_h * w.in_w))
+            .for_each(|(dst, src)| {
+                for (y, row) in src.chunks(w.in_w).enumerate() {
+                    dst[(y + p) * wp + p..][..w.in_w].copy_from_slice(row);
+                }
+            });
+        let ocg = w.out_channels_per_group();
+        let rows_per_block = match &self.packed {
+            Packed::Dense(_) => self.s.vc,
+            Packed::Sparse(m) => m[0].r,
+        };
+        let oblocks = ocg.div_ceil(rows_per_block);
+        let (ty, tx) = (w.out_h.div_ceil(self.s.vh), w.out_w.div_ceil(self.s.vw));
+        let c = SyncPtr::new(out);
+        let avx = has_avx2_fma();
+        let run = |t: Tile| {
+            // SAFETY: every tile is written by exactly one task.
+            unsafe { self.tile(t, &padded, c, epi, residual, avx) }
+        };
+        let tile = |g, ob, y, x| Tile {
+            g,
+            ob,
+            oy0: y * self.s.vh,
+            ox0: x * self.s.vw,
+        };
+        match self.s.parallel {
+            ParallelLoop::OutputChannels => {
+                (0..w.groups * oblocks).into_par_iter().for_each(|gb| {
+                    for y in 0..ty {
+                        for x in 0..tx {
+                            run(tile(gb / oblocks, gb % oblocks, y, x));
+                        }
+                    }
+                })
+            }
+            ParallelLoop::Spatial => (0..ty).into_par_iter().for_each(|y| {
+                for gb in 0..w.groups * oblocks {
+                    for x in 0..tx {
+                        run(tile(gb / oblocks, gb % oblocks, y, x));
+                    }
+                }
+            }),
+        }
+    }
+
+    /// # Safety
+    /// No other task may write tile `t`.
+    unsafe fn tile(
+        &self,
+        t: Tile,
+        padded: &[f32],
+        c: SyncPtr,
+        epi: &Epilogue,
+        residual: Option<&[f32]>,
+        avx: bool,
+    ) {
+        let mut acc = [0.0f32; MAX_TILE * 16];
+        let width = match &self.packed {
+            Packed::Dense(p) => {
+                dense_tile(self, p, t, padded, &mut acc, avx);
+                self.s.vc
+            }
+            Packed::Sparse(m) => {
+                sparse_tile(self, &m[t.g], t, padded, &mut acc, avx);
+                m[t.g].r
+            }
+        };
+        let w = &self.w;
+        let ocg = w.out_channels_per_group();
+        let (vh, vw) = (self.s.vh, self.s.vw);
+        for lane in 0..width.min(ocg - t.ob * width) {
+            let oc = t.g * ocg + t.ob * width + lane;
+            for y in 0..vh.min(w.out_h - t.oy0) {
+                for x in 0..vw.min(w.out_w - t.ox0) {
+                    let i = oc * w.out_pixels() + (t.oy0 + y) * w.out_w + t.ox0 + x;
+                    let r = residual.map_or(0.0, |r| r[i]);
+                    // SAFETY: (oc, oy, ox) lies in this task's tile.
+                    unsafe { *c.get().add(i) = epi.one(oc, acc[(y * vw + x) * width + lane], r) };
+                }
+            }
+        }
+    }
+}
+
+/// Accumulates a dense tile: acc[(y * vw + x) * vc + lane].
+fn dense_tile(
+    sp: &SpatialPackConv,
+    p: &[f32],
+    t: Tile,
+    padded: &[f32],
+    acc: &mut [f32],
+    avx: bool,
+) {
+    macro_rules! go {
+        ($vc:literal) => {{
+            #[cfg(target_arch = "x86_64")]
+            if avx {
+                // SAFETY: the CPU has AVX2 and FMA.
+                return unsafe { dense_avx2::<$vc>(sp, p, t, padded, acc) };
+            }
+            let _ = avx;
+            dense_body::<$vc, false>(sp, p, t, padded, acc)
+        }};
+    }
+    match sp.s.vc {
+        4 => go!(4),
+        8 => go!(8),
+        16 => go!(16),
+        _ => unreachable!("vc is validated against SPATIAL_PACK_VC"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dense_avx2<const VC: usize>(
+    sp: &SpatialPackConv,
+    p: &[f32],
+    t: Tile,
+    padded: &[f32],
+    acc: &mut [f32],
+) {
+    dense_body::<VC, true>(sp, p, t, padded, acc)
+}
+
+#[inline(always)]
+fn dense_body<const VC: usize, const FMA: bool>(
+    sp: &SpatialPackConv,
+    p: &[f32],
+    t: Tile,
+    padded: &[f32],
+    acc: &mut [f32],
+) {
+    let w = &sp.w;
+    let (k, s, red, icg) = (w.kernel, w.stride, w.reduction(), w.in_channels_per_group());
+    let (vh, vw, hp, wp) = (sp.s.vh, sp.s.vw, sp.hp, sp.wp);
+    let blocks = w.out_channels_per_group().div_ceil(VC);
+    let mut tile = [[0.0f32; VC]; MAX_TILE];
+    let wblock = &p[(t.g * blocks + t.ob) * red * VC..][..red * VC];
+    for i in 0..icg {
+        let plane = &padded[(t.g * icg + i) * hp * wp..][..hp * wp];
+        for ky in 0..k {
+            for kx in 0..k {
+                let q = (i * k + ky) * k + kx;
+                let wv: &[f32; VC] = wblock[q * VC..][..VC].try_into().expect("VC lanes");
+                for y in 0..vh {
+                    let row = &plane[((t.oy0 + y) * s + ky) * wp + t.ox0 * s + kx..];
+                    for x in 0..vw {
+                        let v = row[x * s];
+                        let a = &mut tile[y * vw + x];
+                        for (a, &wl) in a.iter_mut().zip(wv) {
+                            *a = madd::<FMA>(v, wl, *a);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (i, a) in tile.iter().take(vh * vw).enumerate() {
+        acc[i * VC..][..VC].copy_from_slice(a);
+    }
+}
+
+/// Accumulates a sparse tile: acc[(y * vw + x) * r + rr].
+fn sparse_tile(
+    sp: &SpatialPackConv,
+    m: &BlockSparse,
+    t: Tile,
+    padded: &[f32],
+    acc: &mut [f32],
+    avx: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { sparse_avx2(sp, m, t, padded, acc) };
+    }
+    let _ = avx;
+    sparse_body::<false>(sp, m, t, padded, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn sparse_avx2(sp: &SpatialPackConv, m: &BlockSparse, t: Tile, padded: &[f32], acc: &mut [f32]) {
+    sparse_body::<true>(sp, m, t, padded, acc)
+}
+
+#[inline(always)]
+fn sparse_body<const FMA: bool>(
+    sp: &SpatialPackConv,
+    m: &BlockSparse,
+    t: Tile,
+    padded: &[f32],
+    acc: &mut [f32],
+) {
+    let w = &sp.w;
+    let (k, s, icg) = (w.kernel, w.stride, w.in_channels_per_group());
+    let (vh, vw, hp, wp) = (sp.s.vh, sp.s.vw, sp.hp, sp.wp);
+    let r = m.r;
+    // tile[rr][y * vw + x]: the pixel loop is innermost so it vectorises.
+    let mut tile = [[0.0f32; MAX_TILE]; MAX_BLOCK_ROWS];
+    let mut pix = [0.0f32; MAX_TILE];
+    for b in m.row_ptr[t.ob]..m.row_ptr[t.ob + 1] {
+        let k0 = m.block_cols[b];
+        let vals = &m.values[b * r * m.c..][..r * m.c];
+        for cc in 0..m.c.min(m.cols - k0) {
+            let q = k0 + cc;
+            let (i, ky, kx) = (q / (k * k), q % (k * k) / k, q % k);
+            let plane = &padded[(t.g * icg + i) * hp * wp..][..hp * wp];
+            for y in 0..vh {
+                let row = &plane[((t.oy0 + y) * s + ky) * wp + t.ox0 * s + kx..];
+                for x in 0..vw {
+                    pix[y * vw + x] = row[x * s];
+                }
+            }
+            for (rr, a) in tile.iter_mut().take(r).enumerate() {
+                let v = vals[rr * m.c + cc];
+                for (a, &x) in a.iter_mut().zip(&pix) {
+                    *a = madd::<FMA>(v, x, *a);
+                }
+            }
+        }
+    }
+    for (i, _) in pix.iter().enumerate().take(vh * vw) {
+        for (rr, a) in tile.iter().take(r).enumerate() {
+            acc[i * r + rr] = a[i];
+        }
+    }
+}
