@@ -17,7 +17,59 @@ pub(crate) struct DirectConv {
     rows: Rows,
 }
 
-/// Output rows `rows` of channel `oc` into `out` (those rows only).
+/// Adds weight `v` at reduction index `q` times the shifted input window
+/// to output rows `rows` (stored from `out[0]`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tap<const FMA: bool>(
+    w: &Workload,
+    g: usize,
+    q: usize,
+    v: f32,
+    rows: &Range<usize>,
+    input: &[f32],
+    out: &mut [f32],
+) {
+    let (k, s, p) = (w.kernel, w.stride, w.padding);
+    let (ih, iw, ow) = (w.in_h, w.in_w, w.out_w);
+    let (ic, ky, kx) = (
+        g * w.in_channels_per_group() + q / (k * k),
+        q % (k * k) / k,
+        q % k,
+    );
+    let plane = &input[ic * ih * iw..(ic + 1) * ih * iw];
+    // Output columns whose input column ox * s + kx - p lies inside the row.
+    let x0 = p.saturating_sub(kx).div_ceil(s);
+    let x1 = if iw + p > kx {
+        ow.min((iw + p - kx - 1) / s + 1)
+    } else {
+        0
+    };
+    if x0 >= x1 {
+        return;
+    }
+    for oy in rows.clone() {
+        let iy = oy * s + ky;
+        if iy < p || iy - p >= ih {
+            continue;
+        }
+        let irow = &plane[(iy - p) * iw..(iy - p + 1) * iw];
+        let orow = &mut out[(oy - rows.start) * ow..][x0..x1];
+        if s == 1 {
+            let src = &irow[x0 + kx - p..x1 + kx - p];
+            for (o, &x) in orow.iter_mut().zip(src) {
+                *o = madd::<FMA>(v, x, *o);
+            }
+        } else {
+            for (i, o) in orow.iter_mut().enumerate() {
+                *o = madd::<FMA>(v, irow[(x0 + i) * s + kx - p], *o);
+            }
+        }
+    }
+}
+
+/// Output rows `rows` of channel `oc` into `out` (those rows only). Plain
+/// loops rather than closures, so everything inlines into the AVX2 copy.
 #[inline(always)]
 fn body<const FMA: bool>(
     w: &Workload,
@@ -27,46 +79,32 @@ fn body<const FMA: bool>(
     input: &[f32],
     out: &mut [f32],
 ) {
-    let (k, s, p) = (w.kernel, w.stride, w.padding);
-    let (ih, iw, ow) = (w.in_h, w.in_w, w.out_w);
-    let icg = w.in_channels_per_group();
-    let g = oc / w.out_channels_per_group();
+    let ocg = w.out_channels_per_group();
+    let g = oc / ocg;
     out.fill(0.0);
-    weights.for_each(w, oc, |q, v| {
-        if v == 0.0 {
-            return;
-        }
-        let (ic, ky, kx) = (g * icg + q / (k * k), q % (k * k) / k, q % k);
-        let plane = &input[ic * ih * iw..(ic + 1) * ih * iw];
-        // Output columns whose input column ox * s + kx - p lies inside the row.
-        let x0 = p.saturating_sub(kx).div_ceil(s);
-        let x1 = if iw + p > kx {
-            ow.min((iw + p - kx - 1) / s + 1)
-        } else {
-            0
-        };
-        if x0 >= x1 {
-            return;
-        }
-        for oy in rows.clone() {
-            let iy = oy * s + ky;
-            if iy < p || iy - p >= ih {
-                continue;
-            }
-            let irow = &plane[(iy - p) * iw..(iy - p + 1) * iw];
-            let orow = &mut out[(oy - rows.start) * ow..][x0..x1];
-            if s == 1 {
-                let src = &irow[x0 + kx - p..x1 + kx - p];
-                for (o, &x) in orow.iter_mut().zip(src) {
-                    *o = madd::<FMA>(v, x, *o);
-                }
-            } else {
-                for (i, o) in orow.iter_mut().enumerate() {
-                    *o = madd::<FMA>(v, irow[(x0 + i) * s + kx - p], *o);
+    match weights {
+        Rows::Dense(d) => {
+            let red = w.reduction();
+            for (q, &v) in d[oc * red..(oc + 1) * red].iter().enumerate() {
+                if v != 0.0 {
+                    tap::<FMA>(w, g, q, v, &rows, input, out);
                 }
             }
         }
-    });
+        Rows::Sparse(m) => {
+            let m = &m[g];
+            let (br, rr) = ((oc % ocg) / m.r, (oc % ocg) % m.r);
+            for b in m.row_ptr[br]..m.row_ptr[br + 1] {
+                let k0 = m.block_cols[b];
+                let vals = &m.values[(b * m.r + rr) * m.c..][..m.c];
+                for (cc, &v) in vals.iter().enumerate().take(m.cols - k0) {
+                    if v != 0.0 {
+                        tap::<FMA>(w, g, k0 + cc, v, &rows, input, out);
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -131,6 +131,52 @@ pub(crate) fn pack_panels(
     out
 }
 
+/// The im2col matrix of group `g` of an NCHW sample (rows: reduction index
+/// ic * k * k + ky * k + kx, padded with zero rows to `krows`; columns:
+/// output pixels), packed straight from the input in panels of `width`
+/// columns. Each panel first computes its columns' window origins, so the
+/// inner loop is an add, a bounds check and a load.
+pub(crate) fn pack_im2col(
+    input: &[f32],
+    w: &Workload,
+    g: usize,
+    width: usize,
+    krows: usize,
+) -> Vec<f32> {
+    let (k, s, p) = (w.kernel, w.stride as isize, w.padding as isize);
+    let (ih, iw, ow, pix) = (w.in_h as isize, w.in_w, w.out_w, w.out_pixels());
+    let (icg, red) = (w.in_channels_per_group(), w.reduction());
+    let plane = w.in_h * w.in_w;
+    let mut out = vec![0.0; pix.div_ceil(width) * krows * width];
+    out.par_chunks_mut(krows * width)
+        .enumerate()
+        .for_each(|(panel_index, panel)| {
+            let cols = width.min(pix - panel_index * width);
+            let origin: Vec<(isize, isize)> = (0..cols)
+                .map(|j| {
+                    let col = panel_index * width + j;
+                    ((col / ow) as isize * s - p, (col % ow) as isize * s - p)
+                })
+                .collect();
+            for q in 0..red {
+                let (ic, ky, kx) = (
+                    g * icg + q / (k * k),
+                    (q % (k * k) / k) as isize,
+                    (q % k) as isize,
+                );
+                let src = &input[ic * plane..(ic + 1) * plane];
+                let dst = &mut panel[q * width..q * width + cols];
+                for (d, &(y0, x0)) in dst.iter_mut().zip(&origin) {
+                    let (iy, ix) = (y0 + ky, x0 + kx);
+                    if iy >= 0 && iy < ih && ix >= 0 && (ix as usize) < iw {
+                        *d = src[iy as usize * iw + ix as usize];
+                    }
+                }
+            }
+        });
+    out
+}
+
 /// C (m x n, row stride ldc) = A * B from packed operands; `epi(rows, cols)`
 /// finishes each block of C once its reduction is complete.
 #[allow(clippy::too_many_arguments)]
@@ -282,11 +328,7 @@ impl GemmConv {
         };
         match &self.packed {
             Packed::Nchw(a) => (0..w.groups).into_par_iter().for_each(|g| {
-                let plane = w.in_h * w.in_w;
-                let b = pack_panels(pix, red, self.s.nr, |col, q| {
-                    let (ic, ky, kx) = (g * icg + q / (k * k), q % (k * k) / k, q % k);
-                    at(col, ky, kx).map_or(0.0, |(iy, ix)| input[ic * plane + iy * w.in_w + ix])
-                });
+                let b = pack_im2col(input, w, g, self.s.nr, red);
                 let epi_block = |rows: Range<usize>, cols: Range<usize>| {
                     for r in rows {
                         let oc = g * ocg + r;
@@ -348,39 +390,34 @@ impl GemmConv {
             }),
             Packed::Sparse(mats) => (0..w.groups).into_par_iter().for_each(|g| {
                 let m = &mats[g];
-                // im2col, row-major, rows padded to whole blocks and to
-                // a strip beyond the last column so a strip kernel never reads past a row.
-                let ldb = pix + STRIP;
+                // im2col packed in panels of strip(r) columns (rows padded to
+                // whole blocks): a task's panel stays in L1/L2 while every
+                // weight row of the task streams over it.
                 let krows = red.next_multiple_of(m.c);
-                let mut bmat = vec![0.0f32; krows * ldb];
-                bmat.par_chunks_mut(ldb)
-                    .take(red)
-                    .enumerate()
-                    .for_each(|(q, row)| {
-                        let (ic, ky, kx) = (g * icg + q / (k * k), q % (k * k) / k, q % k);
-                        let plane = &input[ic * w.in_h * w.in_w..][..w.in_h * w.in_w];
-                        for (col, v) in row[..pix].iter_mut().enumerate() {
-                            if let Some((iy, ix)) = at(col, ky, kx) {
-                                *v = plane[iy * w.in_w + ix];
-                            }
-                        }
-                    });
-                sparse_gemm(&self.s, m, &bmat, ldb, pix, g * ocg, c, epi, residual);
+                let b = pack_im2col(input, w, g, strip(m.r), krows);
+                sparse_gemm(&self.s, m, &b, krows, pix, g * ocg, c, epi, residual);
             }),
         }
     }
 }
 
-/// Columns of C a sparse task keeps in registers at once.
-const STRIP: usize = 16;
+/// Columns of C a sparse kernel keeps in registers per block row of `r`
+/// rows: 64 accumulators (8 AVX2 registers) in all, so that 8 independent
+/// FMA chains hide the FMA latency however few rows a block has.
+const fn strip(r: usize) -> usize {
+    64 / r
+}
 
-/// Rows `oc0..oc0 + m.rows` of C (row stride `n`) = m * B.
+/// Rows `oc0..oc0 + m.rows` of C (row stride `n`) = m * B, with B packed
+/// in panels of `strip(m.r)` columns over `krows` rows. Tasks are `mc` rows by
+/// `nc` columns; inside a task panels are the outer loop so each panel is
+/// reused by all the task's rows while it is in cache.
 #[allow(clippy::too_many_arguments)]
 fn sparse_gemm(
     s: &GemmSchedule,
     m: &BlockSparse,
     b: &[f32],
-    ldb: usize,
+    krows: usize,
     n: usize,
     oc0: usize,
     c: SyncPtr,
@@ -388,12 +425,23 @@ fn sparse_gemm(
     residual: Option<&[f32]>,
 ) {
     let task = sparse_task(m.r);
-    let chunks = n.div_ceil(s.nc);
-    let run = |br: usize, j: usize| {
+    let sw = strip(m.r);
+    let rows_per_task = (s.mc / m.r).max(1);
+    let (row_chunks, col_chunks) = (m.block_rows().div_ceil(rows_per_task), n.div_ceil(s.nc));
+    let run = |i: usize, j: usize| {
+        let brs = i * rows_per_task..m.block_rows().min((i + 1) * rows_per_task);
         let cols = j * s.nc..n.min((j + 1) * s.nc);
-        // SAFETY: block row br and columns `cols` are this task's alone.
-        unsafe { task(m, br, b, ldb, cols.clone(), oc0, c, n) };
-        for r in br * m.r..m.rows.min((br + 1) * m.r) {
+        // Panels overlapping the task's columns (nc need not be a multiple of the strip).
+        for p in cols.start / sw..cols.end.div_ceil(sw) {
+            let panel = &b[p * krows * sw..][..krows * sw];
+            let lo = cols.start.max(p * sw);
+            let hi = cols.end.min((p + 1) * sw);
+            for br in brs.clone() {
+                // SAFETY: block row br and columns lo..hi are this task's alone.
+                unsafe { task(m, br, panel, lo, hi, oc0, c, n) };
+            }
+        }
+        for r in brs.start * m.r..m.rows.min(brs.end * m.r) {
             let oc = oc0 + r;
             // SAFETY: as above.
             let o = unsafe { c.slice(oc * n + cols.start, cols.len()) };
@@ -405,55 +453,54 @@ fn sparse_gemm(
         }
     };
     if s.parallel == ParallelLoop::OutputChannels {
-        (0..m.block_rows())
+        (0..row_chunks)
             .into_par_iter()
-            .for_each(|br| (0..chunks).for_each(|j| run(br, j)));
+            .for_each(|i| (0..col_chunks).for_each(|j| run(i, j)));
     } else {
-        (0..chunks)
+        (0..col_chunks)
             .into_par_iter()
-            .for_each(|j| (0..m.block_rows()).for_each(|br| run(br, j)));
+            .for_each(|j| (0..row_chunks).for_each(|i| run(i, j)));
     }
 }
 
-type SparseTask =
-    unsafe fn(&BlockSparse, usize, &[f32], usize, Range<usize>, usize, SyncPtr, usize);
+type SparseTask = unsafe fn(&BlockSparse, usize, &[f32], usize, usize, usize, SyncPtr, usize);
 
+/// One block row of C times one packed panel of B, stored to columns
+/// lo..hi (inside the panel).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn sparse_body<const R: usize, const FMA: bool>(
+unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool>(
     m: &BlockSparse,
     br: usize,
-    b: &[f32],
-    ldb: usize,
-    cols: Range<usize>,
+    panel: &[f32],
+    lo: usize,
+    hi: usize,
     oc0: usize,
     c: SyncPtr,
     ldc: usize,
 ) {
     let rows = R.min(m.rows - br * R);
-    for x0 in cols.clone().step_by(STRIP) {
-        let width = STRIP.min(cols.end - x0);
-        let mut acc = [[0.0f32; STRIP]; R];
-        for blk in m.row_ptr[br]..m.row_ptr[br + 1] {
-            let k0 = m.block_cols[blk];
-            let vals = &m.values[blk * R * m.c..][..R * m.c];
-            for cc in 0..m.c {
-                let brow: &[f32; STRIP] = b[(k0 + cc) * ldb + x0..][..STRIP]
-                    .try_into()
-                    .expect("rows are padded to whole strips");
-                for (rr, a) in acc.iter_mut().enumerate() {
-                    let v = vals[rr * m.c + cc];
-                    for (a, &x) in a.iter_mut().zip(brow) {
-                        *a = madd::<FMA>(v, x, *a);
-                    }
+    let skip = lo % S;
+    let mut acc = [[0.0f32; S]; R];
+    for blk in m.row_ptr[br]..m.row_ptr[br + 1] {
+        let k0 = m.block_cols[blk];
+        let vals = &m.values[blk * R * m.c..][..R * m.c];
+        for cc in 0..m.c {
+            let brow: &[f32; S] = panel[(k0 + cc) * S..][..S]
+                .try_into()
+                .expect("panels are S wide");
+            for (rr, a) in acc.iter_mut().enumerate() {
+                let v = vals[rr * m.c + cc];
+                for (a, &x) in a.iter_mut().zip(brow) {
+                    *a = madd::<FMA>(v, x, *a);
                 }
             }
         }
-        for (rr, a) in acc.iter().enumerate().take(rows) {
-            // SAFETY: the caller owns these rows and columns of C.
-            let o = unsafe { c.slice((oc0 + br * R + rr) * ldc + x0, width) };
-            o.copy_from_slice(&a[..width]);
-        }
+    }
+    for (rr, a) in acc.iter().enumerate().take(rows) {
+        // SAFETY: the caller owns these rows and columns of C.
+        let o = unsafe { c.slice((oc0 + br * R + rr) * ldc + lo, hi - lo) };
+        o.copy_from_slice(&a[skip..skip + hi - lo]);
     }
 }
 
@@ -463,14 +510,14 @@ macro_rules! sparse_versions {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn $avx(m: &BlockSparse, br: usize, b: &[f32], ldb: usize, cols: Range<usize>, oc0: usize, c: SyncPtr, ldc: usize) {
+            unsafe fn $avx(m: &BlockSparse, br: usize, panel: &[f32], lo: usize, hi: usize, oc0: usize, c: SyncPtr, ldc: usize) {
                 // SAFETY: forwarded from the caller.
-                unsafe { sparse_body::<$r, true>(m, br, b, ldb, cols, oc0, c, ldc) }
+                unsafe { sparse_body::<$r, { strip($r) }, true>(m, br, panel, lo, hi, oc0, c, ldc) }
             }
             #[allow(clippy::too_many_arguments)]
-            unsafe fn $port(m: &BlockSparse, br: usize, b: &[f32], ldb: usize, cols: Range<usize>, oc0: usize, c: SyncPtr, ldc: usize) {
+            unsafe fn $port(m: &BlockSparse, br: usize, panel: &[f32], lo: usize, hi: usize, oc0: usize, c: SyncPtr, ldc: usize) {
                 // SAFETY: forwarded from the caller.
-                unsafe { sparse_body::<$r, false>(m, br, b, ldb, cols, oc0, c, ldc) }
+                unsafe { sparse_body::<$r, { strip($r) }, false>(m, br, panel, lo, hi, oc0, c, ldc) }
             }
         )*
         fn sparse_task(r: usize) -> SparseTask {
