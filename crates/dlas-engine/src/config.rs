@@ -18,10 +18,13 @@ pub enum FormatChoice {
     },
 }
 
-/// Storage type of weights and activations.
+/// Storage type of weights and activations. Arithmetic is always f32:
+/// F16 halves the bytes moved, not the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
+    /// Weights and activations stored as IEEE binary16.
+    F16,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +63,8 @@ pub enum ConfigError {
     AutoAlgorithm,
     #[error("layout nhwc is implemented by the gemm algorithm with dense weights only (got {0})")]
     Nhwc(String),
+    #[error("fp16 is implemented by the gemm algorithm with dense weights only (got {0})")]
+    F16(String),
     #[error("a {given} schedule cannot drive the {algorithm} algorithm")]
     ScheduleMismatch {
         given: &'static str,

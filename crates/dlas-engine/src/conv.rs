@@ -1,7 +1,7 @@
 //! One convolution layer: a workload, its epilogue, and the kernel of the
 //! chosen algorithm with weights packed for it at load.
 
-use crate::config::{ConfigError, EngineConfig, FormatChoice};
+use crate::config::{ConfigError, DType, EngineConfig, FormatChoice};
 use crate::direct::DirectConv;
 use crate::epilogue::{Activation, Epilogue};
 use crate::gemm::GemmConv;
@@ -115,13 +115,21 @@ impl Conv2d {
             };
             return Err(ConfigError::Nhwc(what).into());
         }
+        let half = config.dtype == DType::F16;
+        if half && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
+            let what = match blocks {
+                Some(_) => "sparse weights".to_string(),
+                None => config.algorithm.to_string(),
+            };
+            return Err(ConfigError::F16(what).into());
+        }
         schedule.validate(&w)?;
         let kernel = match (config.algorithm, schedule) {
             (Algorithm::Direct, Schedule::Direct(s)) => {
                 Kernel::Direct(DirectConv::new(w, s, weights, blocks))
             }
             (Algorithm::Gemm, Schedule::Gemm(s)) => {
-                Kernel::Gemm(GemmConv::new(w, s, weights, blocks, nhwc))
+                Kernel::Gemm(GemmConv::new(w, s, weights, blocks, nhwc, half))
             }
             (Algorithm::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, blocks))

@@ -6,7 +6,7 @@
 //! fused intermediate node has exactly one consumer (the next node of its
 //! chain), so nothing else can observe that its value was never stored.
 
-use crate::config::{ConfigError, EngineConfig};
+use crate::config::{ConfigError, DType, EngineConfig};
 use crate::conv::Conv2d;
 use crate::epilogue::Activation;
 use crate::ops;
@@ -14,6 +14,9 @@ use crate::workload::Workload;
 use dlas_core::Layout;
 use dlas_zoo::weights::{Params, Weights};
 use dlas_zoo::{Graph, NodeId, Op, Pool, Shape};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use std::borrow::Cow;
 
 /// Batch-norm epsilon, as in PyTorch and the reference.
 const BN_EPS: f64 = 1e-5;
@@ -77,6 +80,37 @@ impl Step {
     }
 }
 
+/// An activation at rest between steps.
+enum Stored {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Stored {
+    fn new(values: Vec<f32>, dtype: DType) -> Stored {
+        match dtype {
+            DType::F32 => Stored::F32(values),
+            DType::F16 => {
+                let mut h = vec![f16::ZERO; values.len()];
+                h.convert_from_f32_slice(&values);
+                Stored::F16(h)
+            }
+        }
+    }
+
+    /// The values as f32 (F16C conversion for f16 storage).
+    fn to_f32(&self) -> Cow<'_, [f32]> {
+        match self {
+            Stored::F32(v) => Cow::Borrowed(v),
+            Stored::F16(h) => {
+                let mut v = vec![0.0; h.len()];
+                h.convert_to_f32_slice(&mut v);
+                Cow::Owned(v)
+            }
+        }
+    }
+}
+
 /// A compiled network: fused steps with packed weights and its own threads.
 pub struct Engine {
     shapes: Vec<Shape>,
@@ -86,6 +120,7 @@ pub struct Engine {
     readers: Vec<usize>,
     output: NodeId,
     layout: Layout,
+    dtype: DType,
     pool: rayon::ThreadPool,
 }
 
@@ -349,6 +384,7 @@ impl Engine {
             readers,
             output: n - 1,
             layout: config.layout,
+            dtype: config.dtype,
             pool,
         })
     }
@@ -376,11 +412,25 @@ impl Engine {
 
     fn run_in_pool(&self, input: &[f32], batch: usize) -> Vec<f32> {
         let layout = self.layout;
-        let mut values: Vec<Vec<f32>> = vec![Vec::new(); self.shapes.len()];
+        let mut values: Vec<Option<Stored>> = (0..self.shapes.len()).map(|_| None).collect();
         let mut left = self.readers.clone();
-        values[0] = ops::relayout(input, self.shapes[0], Layout::Nchw, layout);
+        let x = ops::relayout(input, self.shapes[0], Layout::Nchw, layout);
+        values[0] = Some(Stored::new(x, self.dtype));
         for (out, step) in &self.steps {
-            let v = |i: NodeId| values[i].as_slice();
+            let inputs = step.inputs();
+            let decoded: Vec<Cow<'_, [f32]>> = inputs
+                .iter()
+                .map(|&i| {
+                    values[i]
+                        .as_ref()
+                        .expect("inputs run before their readers")
+                        .to_f32()
+                })
+                .collect();
+            let v = |i: NodeId| -> &[f32] {
+                let at = inputs.iter().position(|&j| j == i).expect("a step input");
+                &decoded[at]
+            };
             let shape = |i: NodeId| self.shapes[i];
             let result = match step {
                 Step::Conv {
@@ -430,15 +480,21 @@ impl Engine {
                     ops::relayout(v(*input), shape(*input), layout, Layout::Nchw)
                 }
             };
-            for i in step.inputs() {
+            drop(decoded);
+            for &i in &inputs {
                 left[i] -= 1;
                 if left[i] == 0 {
-                    values[i] = Vec::new();
+                    values[i] = None;
                 }
             }
-            values[*out] = result;
+            values[*out] = Some(Stored::new(result, self.dtype));
         }
-        let out = std::mem::take(&mut values[self.output]);
-        ops::relayout(&out, self.shapes[self.output], layout, Layout::Nchw)
+        let out = values[self.output].take().expect("the output is computed");
+        ops::relayout(
+            &out.to_f32(),
+            self.shapes[self.output],
+            layout,
+            Layout::Nchw,
+        )
     }
 }

@@ -14,8 +14,53 @@ use crate::epilogue::{Epilogue, SyncPtr, has_avx2_fma, madd};
 use crate::schedule::{GemmSchedule, ParallelLoop};
 use crate::sparse::BlockSparse;
 use crate::workload::Workload;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 use std::ops::Range;
+
+/// Packed panels of a GEMM operand, in f32 or stored as f16 (fp16 weights).
+#[derive(Debug, Clone)]
+pub(crate) enum Panels {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Panels {
+    fn new(values: Vec<f32>, half: bool) -> Panels {
+        if half {
+            let mut h = vec![f16::ZERO; values.len()];
+            h.convert_from_f32_slice(&values);
+            Panels::F16(h)
+        } else {
+            Panels::F32(values)
+        }
+    }
+
+    /// Panels `panels` restricted to reduction rows pc..pc+kb, as f32: the
+    /// f32 panels themselves, or f16 ones converted (F16C where the CPU has
+    /// it) into `buf` once per cache block. Returns the base pointer, the
+    /// distance between panels, and the first panel the base stands for.
+    fn block(
+        &self,
+        buf: &mut Vec<f32>,
+        panels: Range<usize>,
+        (k, width): (usize, usize),
+        (pc, kb): (usize, usize),
+    ) -> (*const f32, usize, usize) {
+        match self {
+            Panels::F32(v) => (v[pc * width..].as_ptr(), k * width, 0),
+            Panels::F16(v) => {
+                buf.resize(panels.len() * kb * width, 0.0);
+                for (i, p) in panels.clone().enumerate() {
+                    v[(p * k + pc) * width..][..kb * width]
+                        .convert_to_f32_slice(&mut buf[i * kb * width..(i + 1) * kb * width]);
+                }
+                (buf.as_ptr(), kb * width, panels.start)
+            }
+        }
+    }
+}
 
 /// `c[MR x NR] (+)= a_panel[k x MR]^T * b_panel[k x NR]`, row stride `ldc`.
 type Micro = unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool);
@@ -184,8 +229,8 @@ pub(crate) fn gemm_packed(
     s: &GemmSchedule,
     par_m: bool,
     (m, n, k): (usize, usize, usize),
-    a: &[f32],
-    b: &[f32],
+    a: &Panels,
+    b: &Panels,
     c: SyncPtr,
     ldc: usize,
     epi: &(dyn Fn(Range<usize>, Range<usize>) + Sync),
@@ -195,12 +240,21 @@ pub(crate) fn gemm_packed(
     let tile = |i: usize, j: usize| {
         let rows = i * s.mc..m.min((i + 1) * s.mc);
         let cols = j * s.nc..n.min((j + 1) * s.nc);
+        let (a_panels, b_panels) = (
+            rows.start / mr..rows.end.div_ceil(mr),
+            cols.start / nr..cols.end.div_ceil(nr),
+        );
+        let (mut abuf, mut bbuf) = (Vec::new(), Vec::new());
         for pc in (0..k).step_by(s.kc) {
             let kb = s.kc.min(k - pc);
-            for jr in cols.start / nr..cols.end.div_ceil(nr) {
-                let bp = b[(jr * k + pc) * nr..].as_ptr();
-                for ir in rows.start / mr..rows.end.div_ceil(mr) {
-                    let ap = a[(ir * k + pc) * mr..].as_ptr();
+            let (a0, astride, afirst) = a.block(&mut abuf, a_panels.clone(), (k, mr), (pc, kb));
+            let (b0, bstride, bfirst) = b.block(&mut bbuf, b_panels.clone(), (k, nr), (pc, kb));
+            for jr in b_panels.clone() {
+                // SAFETY: `block` returned panels covering a_panels and b_panels.
+                let bp = unsafe { b0.add((jr - bfirst) * bstride) };
+                for ir in a_panels.clone() {
+                    // SAFETY: as above.
+                    let ap = unsafe { a0.add((ir - afirst) * astride) };
                     let (r0, c0) = (ir * mr, jr * nr);
                     let (mv, nv) = (mr.min(m - r0), nr.min(n - c0));
                     // SAFETY: panels hold k * width floats; the C tile lies in
@@ -247,10 +301,10 @@ pub(crate) fn gemm_packed(
 #[derive(Debug, Clone)]
 enum Packed {
     /// NCHW: per group, A = weights (oc x reduction) in `mr` panels.
-    Nchw(Vec<Vec<f32>>),
+    Nchw(Vec<Panels>),
     /// NHWC: per group, B = weights^T (reduction x oc) in `nr` panels, the
     /// reduction ordered (ky, kx, ic) to match NHWC patches.
-    Nhwc(Vec<Vec<f32>>),
+    Nhwc(Vec<Panels>),
     /// NCHW, block-sparse weights per group.
     Sparse(Vec<BlockSparse>),
 }
@@ -265,13 +319,15 @@ pub(crate) struct GemmConv {
 
 impl GemmConv {
     /// `weights` is (out, in / groups, k, k) row-major; `blocks` selects the
-    /// sparse kernel with that BSR block shape; `nhwc` the activation layout.
+    /// sparse kernel with that BSR block shape; `nhwc` the activation
+    /// layout; `half` stores dense weights as f16.
     pub fn new(
         w: Workload,
         s: GemmSchedule,
         weights: &[f32],
         blocks: Option<(usize, usize)>,
         nhwc: bool,
+        half: bool,
     ) -> GemmConv {
         let (ocg, red, kk) = (
             w.out_channels_per_group(),
@@ -290,7 +346,7 @@ impl GemmConv {
                 (0..w.groups)
                     .map(|g| {
                         let wg = group(g);
-                        pack_panels(ocg, red, s.mr, |o, q| wg[o * red + q])
+                        Panels::new(pack_panels(ocg, red, s.mr, |o, q| wg[o * red + q]), half)
                     })
                     .collect(),
             ),
@@ -298,10 +354,11 @@ impl GemmConv {
                 (0..w.groups)
                     .map(|g| {
                         let wg = group(g);
-                        pack_panels(ocg, red, s.nr, |o, q| {
+                        let p = pack_panels(ocg, red, s.nr, |o, q| {
                             let (pos, ic) = (q / icg, q % icg);
                             wg[o * red + ic * kk + pos]
-                        })
+                        });
+                        Panels::new(p, half)
                     })
                     .collect(),
             ),
@@ -328,7 +385,7 @@ impl GemmConv {
         };
         match &self.packed {
             Packed::Nchw(a) => (0..w.groups).into_par_iter().for_each(|g| {
-                let b = pack_im2col(input, w, g, self.s.nr, red);
+                let b = Panels::F32(pack_im2col(input, w, g, self.s.nr, red));
                 let epi_block = |rows: Range<usize>, cols: Range<usize>| {
                     for r in rows {
                         let oc = g * ocg + r;
@@ -356,12 +413,12 @@ impl GemmConv {
             }),
             Packed::Nhwc(b) => (0..w.groups).into_par_iter().for_each(|g| {
                 let cin = w.in_channels;
-                let a = pack_panels(pix, red, self.s.mr, |pixel, q| {
+                let a = Panels::F32(pack_panels(pix, red, self.s.mr, |pixel, q| {
                     let (pos, ic) = (q / icg, q % icg);
                     at(pixel, pos / k, pos % k).map_or(0.0, |(iy, ix)| {
                         input[(iy * w.in_w + ix) * cin + g * icg + ic]
                     })
-                });
+                }));
                 let cout = w.out_channels;
                 let epi_block = |rows: Range<usize>, cols: Range<usize>| {
                     for px in rows {

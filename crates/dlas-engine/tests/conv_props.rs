@@ -4,8 +4,8 @@
 
 use dlas_core::{Algorithm, Layout};
 use dlas_engine::{
-    Activation, Conv2d, DirectSchedule, EngineConfig, FormatChoice, GemmSchedule, ParallelLoop,
-    Schedule, SpatialPackSchedule, Workload,
+    Activation, Conv2d, DType, DirectSchedule, EngineConfig, FormatChoice, GemmSchedule,
+    ParallelLoop, Schedule, SpatialPackSchedule, Workload,
 };
 use dlas_zoo::reference::conv2d_f64;
 use proptest::prelude::*;
@@ -17,6 +17,14 @@ use std::sync::OnceLock;
 /// order sqrt(n) * 2^-24 (~6e-8 per term); 1e-5 leaves room for n in the
 /// thousands with any summation order.
 const F32_TOLERANCE: f64 = 1e-5;
+
+/// fp16 stores weights and activations with unit roundoff u = 2^-11
+/// (~4.9e-4); each product w * x then carries a relative error of at most
+/// 2u + u^2 and f32 accumulation adds nothing visible. Cancellation can make
+/// the error large relative to the output itself, so the error is measured
+/// against the same convolution of |w| and |x| (plus |bias|), which bounds
+/// it by 2u ~ 9.8e-4; 2e-3 is that bound with a factor-2 margin.
+const F16_TOLERANCE: f64 = 2e-3;
 
 fn pool() -> &'static rayon::ThreadPool {
     static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
@@ -165,6 +173,54 @@ fn error(case: &Case, config: &EngineConfig) -> f64 {
     rel_l2(&got, &want)
 }
 
+/// Relative error of the fp16 gemm against the reference, normalised by the
+/// reference convolution of absolute values (see F16_TOLERANCE).
+fn f16_error(case: &Case) -> f64 {
+    let d = data(case, false);
+    let w = &case.w;
+    let cfg = EngineConfig {
+        dtype: DType::F16,
+        ..config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nchw)
+    };
+    let conv = Conv2d::new(*w, &d.weight, Some(&d.bias), Activation::Identity, &cfg).unwrap();
+    // The engine stores activations in f16, so the layer sees rounded inputs.
+    let x16: Vec<f32> = d
+        .input
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_f32())
+        .collect();
+    let got = conv.run(pool(), &x16, case.batch);
+    let conv_ir = dlas_zoo::Conv {
+        in_channels: w.in_channels,
+        out_channels: w.out_channels,
+        kernel: w.kernel,
+        stride: w.stride,
+        padding: w.padding,
+        groups: w.groups,
+        bias: true,
+    };
+    let shape = [w.in_channels, w.in_h, w.in_w];
+    let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
+    let want = conv2d_f64(&x64, case.batch, shape, &conv_ir, &d.weight, Some(&d.bias));
+    let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
+    let xa: Vec<f64> = x64.iter().map(|v| v.abs()).collect();
+    let scale = conv2d_f64(
+        &xa,
+        case.batch,
+        shape,
+        &conv_ir,
+        &abs(&d.weight),
+        Some(&abs(&d.bias)),
+    );
+    let err: f64 = got
+        .iter()
+        .zip(&want)
+        .map(|(&g, &w)| (g as f64 - w).powi(2))
+        .sum();
+    let norm: f64 = scale.iter().map(|v| v * v).sum();
+    (err / norm).sqrt()
+}
+
 fn config(algorithm: Algorithm, format: FormatChoice, layout: Layout) -> EngineConfig {
     EngineConfig {
         threads: 2,
@@ -210,6 +266,12 @@ proptest! {
             let e = error(&c, &config(Algorithm::SpatialPack, f, Layout::Nchw));
             prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
         }
+    }
+
+    #[test]
+    fn gemm_f16_matches_reference(c in case()) {
+        let e = f16_error(&c);
+        prop_assert!(e < F16_TOLERANCE, "{} error {e}", c.w);
     }
 
     /// Every schedule that validates computes the same convolution.

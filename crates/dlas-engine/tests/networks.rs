@@ -2,7 +2,7 @@
 //! every operator, for every algorithm.
 
 use dlas_core::{Algorithm, Dataset, Layout};
-use dlas_engine::{Engine, EngineConfig, FormatChoice};
+use dlas_engine::{DType, Engine, EngineConfig, FormatChoice};
 use dlas_zoo::reference;
 use dlas_zoo::weights::{generate, input};
 use dlas_zoo::{Graph, GraphBuilder, Op};
@@ -152,6 +152,30 @@ fn mobilenetv2_imagenet_gemm() {
     .unwrap();
     let e = rel_l2(&engine.run(&x, 1).unwrap(), &want);
     assert!(e < NETWORK_TOLERANCE, "error {e}");
+}
+
+/// fp16 storage: each layer adds an error of order u = 2^-11 relative to
+/// its activations (see conv_props.rs); over ResNet-18's ~20 layers these
+/// add up like a random walk, sqrt(20) * 1e-3 ~ 5e-3 at worst per-layer
+/// error (measured: ~1e-3), hence 5e-3.
+#[test]
+fn resnet18_cifar_f16() {
+    let graph = cifar("resnet18");
+    let weights = generate(&graph, 3);
+    let x = input(&graph, 3, 2);
+    let want = reference::evaluate(&graph, &weights, &x, 2);
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let config = EngineConfig {
+            threads: 2,
+            dtype: DType::F16,
+            layout,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::compile(&graph, &weights, &config).unwrap();
+        let e = rel_l2(&engine.run(&x, 2).unwrap(), &want);
+        assert!(e < 5e-3, "{layout:?} error {e}");
+        eprintln!("resnet18 f16 {layout:?}: relative L2 error {e:.2e}");
+    }
 }
 
 #[test]
