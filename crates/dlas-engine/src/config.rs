@@ -3,6 +3,7 @@
 
 use crate::schedule::Schedule;
 use dlas_core::{Algorithm, Layout};
+use dlas_zoo::quant::QuantParams;
 
 /// How weights are stored. `Auto` measures each layer's weight density.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +26,9 @@ pub enum DType {
     F32,
     /// Weights and activations stored as IEEE binary16.
     F16,
+    /// int8 weights and activations with the scales of
+    /// [`EngineConfig::quant`], i32 accumulation.
+    I8,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +43,8 @@ pub struct EngineConfig {
     /// A schedule for every convolution; `None` takes each layer's
     /// untuned default. Must belong to `algorithm`.
     pub schedule: Option<Schedule>,
+    /// Quantisation of the graph (required by, and only read for, `I8`).
+    pub quant: Option<QuantParams>,
 }
 
 impl Default for EngineConfig {
@@ -50,6 +56,7 @@ impl Default for EngineConfig {
             layout: Layout::Nchw,
             dtype: DType::F32,
             schedule: None,
+            quant: None,
         }
     }
 }
@@ -65,6 +72,10 @@ pub enum ConfigError {
     Nhwc(String),
     #[error("fp16 is implemented by the gemm algorithm with dense weights only (got {0})")]
     F16(String),
+    #[error("int8 is implemented by the gemm algorithm with dense weights in NCHW only (got {0})")]
+    I8(String),
+    #[error("int8 needs quantisation parameters (EngineConfig::quant) for every node")]
+    MissingQuant,
     #[error("a {given} schedule cannot drive the {algorithm} algorithm")]
     ScheduleMismatch {
         given: &'static str,

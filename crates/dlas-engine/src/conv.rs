@@ -5,14 +5,17 @@ use crate::config::{ConfigError, DType, EngineConfig, FormatChoice};
 use crate::direct::DirectConv;
 use crate::epilogue::{Activation, Epilogue};
 use crate::gemm::GemmConv;
+use crate::int8::Int8Conv;
 use crate::schedule::{DirectSchedule, GemmSchedule, Schedule, SpatialPackSchedule};
 use crate::sparse::{block_fill, density};
 use crate::spatial_pack::SpatialPackConv;
 use crate::workload::Workload;
 use dlas_core::{Algorithm, Format, Layout};
+use dlas_zoo::quant::ActivationQuant;
 
 #[derive(Debug, Clone)]
 enum Kernel {
+    Int8(Int8Conv),
     Direct(DirectConv),
     Gemm(GemmConv),
     SpatialPack(SpatialPackConv),
@@ -160,6 +163,53 @@ impl Conv2d {
         })
     }
 
+    /// An int8 layer: `weights` quantised per output channel with `scales`,
+    /// reading activations quantised by `input` and writing them by `output`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_int8(
+        workload: Workload,
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        act: Activation,
+        scales: &[f32],
+        input: ActivationQuant,
+        output: ActivationQuant,
+        config: &EngineConfig,
+    ) -> anyhow::Result<Conv2d> {
+        let w = workload;
+        anyhow::ensure!(
+            weights.len() == w.out_channels * w.reduction() && scales.len() == w.out_channels,
+            "{w}: weights or scales of the wrong length"
+        );
+        let blocks = resolve_format(config.format, &w, weights)?;
+        if config.algorithm != Algorithm::Gemm || blocks.is_some() || config.layout != Layout::Nchw
+        {
+            let what = format!(
+                "{} {} {}",
+                config.algorithm,
+                if blocks.is_some() { "sparse" } else { "dense" },
+                config.layout
+            );
+            return Err(ConfigError::I8(what).into());
+        }
+        Ok(Conv2d {
+            workload: w,
+            epi: Epilogue {
+                bias: bias.map_or_else(|| vec![0.0; w.out_channels], <[f32]>::to_vec),
+                act,
+            },
+            kernel: Kernel::Int8(Int8Conv::new(w, weights, scales, input, output)),
+            format: Format::Dense,
+            blocks: None,
+            layout: Layout::Nchw,
+        })
+    }
+
+    /// Whether the layer computes in int8.
+    pub fn is_int8(&self) -> bool {
+        matches!(self.kernel, Kernel::Int8(_))
+    }
+
     pub fn workload(&self) -> &Workload {
         &self.workload
     }
@@ -184,10 +234,32 @@ impl Conv2d {
             Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
             Kernel::Gemm(k) => k.run(input, out, &self.epi, residual),
             Kernel::SpatialPack(k) => k.run(input, out, &self.epi, residual),
+            Kernel::Int8(_) => unreachable!("int8 layers run through run_sample_i8"),
         }
     }
 
-    /// Runs a batch (in the layer's layout) on `pool`.
+    /// One int8 sample; `residual` is real-valued.
+    pub(crate) fn run_sample_i8(&self, input: &[i8], out: &mut [i8], residual: Option<&[f32]>) {
+        match &self.kernel {
+            Kernel::Int8(k) => k.run(input, out, &self.epi, residual),
+            _ => unreachable!("only int8 layers take int8 activations"),
+        }
+    }
+
+    /// Runs an int8 layer on a quantised batch.
+    pub fn run_i8(&self, pool: &rayon::ThreadPool, input: &[i8], batch: usize) -> Vec<i8> {
+        let (il, ol) = (self.workload.in_len(), self.workload.out_len());
+        assert_eq!(input.len(), batch * il, "input length");
+        let mut out = vec![0; batch * ol];
+        pool.install(|| {
+            for (x, y) in input.chunks(il).zip(out.chunks_mut(ol)) {
+                self.run_sample_i8(x, y, None);
+            }
+        });
+        out
+    }
+
+    /// Runs a batch (in the layer's layout) on `pool`; not for int8 layers.
     pub fn run(&self, pool: &rayon::ThreadPool, input: &[f32], batch: usize) -> Vec<f32> {
         let (il, ol) = (self.workload.in_len(), self.workload.out_len());
         assert_eq!(input.len(), batch * il, "input length");

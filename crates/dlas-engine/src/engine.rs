@@ -12,6 +12,7 @@ use crate::epilogue::Activation;
 use crate::ops;
 use crate::workload::Workload;
 use dlas_core::Layout;
+use dlas_zoo::quant::ActivationQuant;
 use dlas_zoo::weights::{Params, Weights};
 use dlas_zoo::{Graph, NodeId, Op, Pool, Shape};
 use half::f16;
@@ -84,13 +85,16 @@ impl Step {
 enum Stored {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    I8(Vec<i8>, ActivationQuant),
 }
 
 impl Stored {
-    fn new(values: Vec<f32>, dtype: DType) -> Stored {
-        match dtype {
-            DType::F32 => Stored::F32(values),
-            DType::F16 => {
+    /// Stores `values` as `dtype`; int8 uses the node's quantiser `q`.
+    fn new(values: Vec<f32>, dtype: DType, q: Option<ActivationQuant>) -> Stored {
+        match (dtype, q) {
+            (DType::I8, Some(q)) => Stored::I8(values.iter().map(|&v| q.quantize(v)).collect(), q),
+            (DType::F32 | DType::I8, _) => Stored::F32(values),
+            (DType::F16, _) => {
                 let mut h = vec![f16::ZERO; values.len()];
                 h.convert_from_f32_slice(&values);
                 Stored::F16(h)
@@ -107,6 +111,7 @@ impl Stored {
                 h.convert_to_f32_slice(&mut v);
                 Cow::Owned(v)
             }
+            Stored::I8(v, q) => Cow::Owned(v.iter().map(|&x| q.dequantize(x)).collect()),
         }
     }
 }
@@ -121,6 +126,8 @@ pub struct Engine {
     output: NodeId,
     layout: Layout,
     dtype: DType,
+    /// int8 only: the quantiser of every node's output.
+    quant: Option<Vec<ActivationQuant>>,
     pool: rayon::ThreadPool,
 }
 
@@ -179,6 +186,16 @@ impl Engine {
             graph.nodes.len()
         );
         let n = graph.nodes.len();
+        let quant = match config.dtype {
+            DType::I8 => {
+                let q = config.quant.as_ref().ok_or(ConfigError::MissingQuant)?;
+                if q.activations.len() != n || q.weights.len() != n {
+                    return Err(ConfigError::MissingQuant.into());
+                }
+                Some(q)
+            }
+            _ => None,
+        };
         let mut consumers = vec![Vec::new(); n];
         for (id, node) in graph.nodes.iter().enumerate() {
             for &i in &node.inputs {
@@ -237,8 +254,10 @@ impl Engine {
                         |b| b.iter().map(|&v| v as f64).collect(),
                     );
                     let mut end = id;
+                    let mut folded = vec![1.0f64; w.out_channels];
                     if let Some(bn) = only(end).filter(|&c| graph.nodes[c].op == Op::BatchNorm) {
                         let (scale, shift) = bn_affine(weights.by_node[bn].as_ref())?;
+                        folded.clone_from(&scale);
                         let red = w.reduction();
                         for oc in 0..w.out_channels {
                             wt[oc * red..(oc + 1) * red]
@@ -272,8 +291,21 @@ impl Engine {
                     }
                     let wt: Vec<f32> = wt.iter().map(|&v| v as f32).collect();
                     let bf: Vec<f32> = b.iter().map(|&v| v as f32).collect();
-                    let conv = Conv2d::new(w, &wt, Some(&bf), act, config)
-                        .map_err(|e| e.context(format!("layer {}", node.name)))?;
+                    let conv = match quant {
+                        Some(q) => {
+                            let scales = q.weights[id].as_ref().ok_or(ConfigError::MissingQuant)?;
+                            // Folding scales each output channel, and so its weight scale.
+                            let scales: Vec<f32> = scales
+                                .iter()
+                                .zip(&folded)
+                                .map(|(&s, f)| (s as f64 * f.abs()) as f32)
+                                .collect();
+                            let (qi, qo) = (q.activations[node.inputs[0]], q.activations[end]);
+                            Conv2d::new_int8(w, &wt, Some(&bf), act, &scales, qi, qo, config)
+                        }
+                        None => Conv2d::new(w, &wt, Some(&bf), act, config),
+                    }
+                    .map_err(|e| e.context(format!("layer {}", node.name)))?;
                     (
                         end,
                         Step::Conv {
@@ -385,6 +417,7 @@ impl Engine {
             output: n - 1,
             layout: config.layout,
             dtype: config.dtype,
+            quant: quant.map(|q| q.activations.clone()),
             pool,
         })
     }
@@ -415,9 +448,42 @@ impl Engine {
         let mut values: Vec<Option<Stored>> = (0..self.shapes.len()).map(|_| None).collect();
         let mut left = self.readers.clone();
         let x = ops::relayout(input, self.shapes[0], Layout::Nchw, layout);
-        values[0] = Some(Stored::new(x, self.dtype));
+        let q = |i: NodeId| self.quant.as_ref().map(|q| q[i]);
+        values[0] = Some(Stored::new(x, self.dtype, q(0)));
         for (out, step) in &self.steps {
             let inputs = step.inputs();
+            if let Step::Conv {
+                conv,
+                input,
+                residual,
+            } = step
+                && conv.is_int8()
+            {
+                let Some(Stored::I8(x, _)) = &values[*input] else {
+                    unreachable!("int8 engines store activations as int8")
+                };
+                let r = residual.map(|r| values[r].as_ref().expect("computed").to_f32());
+                let w = conv.workload();
+                let mut y = vec![0i8; batch * w.out_len()];
+                for (s, o) in y.chunks_mut(w.out_len()).enumerate() {
+                    let xs = &x[s * w.in_len()..(s + 1) * w.in_len()];
+                    let rs = r
+                        .as_ref()
+                        .map(|r| &r[s * w.out_len()..(s + 1) * w.out_len()]);
+                    conv.run_sample_i8(xs, o, rs);
+                }
+                for &i in &inputs {
+                    left[i] -= 1;
+                    if left[i] == 0 {
+                        values[i] = None;
+                    }
+                }
+                values[*out] = Some(Stored::I8(
+                    y,
+                    q(*out).expect("int8 engines have quantisers"),
+                ));
+                continue;
+            }
             let decoded: Vec<Cow<'_, [f32]>> = inputs
                 .iter()
                 .map(|&i| {
@@ -487,7 +553,7 @@ impl Engine {
                     values[i] = None;
                 }
             }
-            values[*out] = Some(Stored::new(result, self.dtype));
+            values[*out] = Some(Stored::new(result, self.dtype, q(*out)));
         }
         let out = values[self.output].take().expect("the output is computed");
         ops::relayout(

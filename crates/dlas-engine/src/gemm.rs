@@ -188,11 +188,24 @@ pub(crate) fn pack_im2col(
     width: usize,
     krows: usize,
 ) -> Vec<f32> {
+    pack_im2col_with(input, w, g, width, krows, |x| x)
+}
+
+/// [`pack_im2col`] with each input value mapped by `f` (padding stays
+/// `T::default()`, so `f` must map the input's zero to it).
+pub(crate) fn pack_im2col_with<S: Copy + Sync, T: Copy + Default + Send>(
+    input: &[S],
+    w: &Workload,
+    g: usize,
+    width: usize,
+    krows: usize,
+    f: impl Fn(S) -> T + Sync,
+) -> Vec<T> {
     let (k, s, p) = (w.kernel, w.stride as isize, w.padding as isize);
     let (ih, iw, ow, pix) = (w.in_h as isize, w.in_w, w.out_w, w.out_pixels());
     let (icg, red) = (w.in_channels_per_group(), w.reduction());
     let plane = w.in_h * w.in_w;
-    let mut out = vec![0.0; pix.div_ceil(width) * krows * width];
+    let mut out = vec![T::default(); pix.div_ceil(width) * krows * width];
     out.par_chunks_mut(krows * width)
         .enumerate()
         .for_each(|(panel_index, panel)| {
@@ -214,7 +227,7 @@ pub(crate) fn pack_im2col(
                 for (d, &(y0, x0)) in dst.iter_mut().zip(&origin) {
                     let (iy, ix) = (y0 + ky, x0 + kx);
                     if iy >= 0 && iy < ih && ix >= 0 && (ix as usize) < iw {
-                        *d = src[iy as usize * iw + ix as usize];
+                        *d = f(src[iy as usize * iw + ix as usize]);
                     }
                 }
             }

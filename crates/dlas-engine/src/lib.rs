@@ -17,6 +17,7 @@ mod direct;
 pub mod engine;
 pub mod epilogue;
 mod gemm;
+mod int8;
 mod ops;
 pub mod schedule;
 mod sparse;

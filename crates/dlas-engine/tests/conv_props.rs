@@ -221,6 +221,77 @@ fn f16_error(case: &Case) -> f64 {
     (err / norm).sqrt()
 }
 
+/// Checks the int8 gemm element by element against a rigorous bound.
+/// Activations are quantised with step sx (input) and so (output) and
+/// weights with step sw[oc]; rounding moves a value by at most half a step,
+/// and the zero point's own rounding can shift the representable range by
+/// another half step, so each stored value is within one step of the real
+/// one. The i32 accumulation is exact, hence for every output
+///   |y_int8 - y| <= sx * sum|w| + sw[oc] * sum(|x| + sx) + so
+/// over the taps that fall inside the input. Returns the worst ratio of
+/// error to bound (must be < 1).
+fn int8_worst_ratio(case: &Case) -> f64 {
+    use dlas_zoo::quant::{ActivationQuant, channel_scales};
+    let d = data(case, false);
+    let w = &case.w;
+    let conv_ir = dlas_zoo::Conv {
+        in_channels: w.in_channels,
+        out_channels: w.out_channels,
+        kernel: w.kernel,
+        stride: w.stride,
+        padding: w.padding,
+        groups: w.groups,
+        bias: true,
+    };
+    let shape = [w.in_channels, w.in_h, w.in_w];
+    let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
+    let want = conv2d_f64(&x64, case.batch, shape, &conv_ir, &d.weight, Some(&d.bias));
+    let range = |v: &[f64]| {
+        v.iter()
+            .fold((0.0f64, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+    };
+    let (xl, xh) = range(&x64);
+    let (yl, yh) = range(&want);
+    let qi = ActivationQuant::from_range(xl as f32, xh as f32);
+    let qo = ActivationQuant::from_range(yl as f32, yh as f32);
+    let scales = channel_scales(&d.weight, w.out_channels);
+    let cfg = config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nchw);
+    let conv = Conv2d::new_int8(
+        *w,
+        &d.weight,
+        Some(&d.bias),
+        Activation::Identity,
+        &scales,
+        qi,
+        qo,
+        &cfg,
+    )
+    .unwrap();
+    let xq: Vec<i8> = d.input.iter().map(|&v| qi.quantize(v)).collect();
+    let got: Vec<f32> = conv
+        .run_i8(pool(), &xq, case.batch)
+        .iter()
+        .map(|&q| qo.dequantize(q))
+        .collect();
+    let sx = qi.scale as f64;
+    let abs_w: Vec<f32> = d.weight.iter().map(|v| v.abs()).collect();
+    let ones = vec![1.0; x64.len()];
+    let sum_w = conv2d_f64(&ones, case.batch, shape, &conv_ir, &abs_w, None);
+    let per_oc: Vec<f32> = (0..w.out_channels * w.reduction())
+        .map(|i| scales[i / w.reduction()])
+        .collect();
+    let xs: Vec<f64> = x64.iter().map(|v| v.abs() + sx).collect();
+    let sum_x = conv2d_f64(&xs, case.batch, shape, &conv_ir, &per_oc, None);
+    got.iter()
+        .zip(&want)
+        .zip(sum_w.iter().zip(&sum_x))
+        .map(|((&g, &y), (&a, &b))| {
+            let bound = sx * a + b + qo.scale as f64;
+            (g as f64 - y).abs() / (bound * (1.0 + 1e-5))
+        })
+        .fold(0.0, f64::max)
+}
+
 fn config(algorithm: Algorithm, format: FormatChoice, layout: Layout) -> EngineConfig {
     EngineConfig {
         threads: 2,
@@ -272,6 +343,12 @@ proptest! {
     fn gemm_f16_matches_reference(c in case()) {
         let e = f16_error(&c);
         prop_assert!(e < F16_TOLERANCE, "{} error {e}", c.w);
+    }
+
+    #[test]
+    fn gemm_int8_within_quantisation_bound(c in case()) {
+        let r = int8_worst_ratio(&c);
+        prop_assert!(r < 1.0, "{} error / bound {r}", c.w);
     }
 
     /// Every schedule that validates computes the same convolution.
