@@ -91,6 +91,8 @@ fn resolve_format(
 impl Conv2d {
     /// Packs `weights` ((out, in / groups, k, k) row-major, BN already
     /// folded) for the algorithm, format, layout and schedule of `config`.
+    /// Depthwise fp32 NCHW layers use the sliding-window kernel whatever
+    /// the algorithm (a GEMM of one row has nothing to block).
     pub fn new(
         workload: Workload,
         weights: &[f32],
@@ -127,7 +129,22 @@ impl Conv2d {
             return Err(ConfigError::F16(what).into());
         }
         schedule.validate(&w)?;
+        // A depthwise layer (one input and one output channel per group) is
+        // a stack of 2-D stencils: im2col would build a one-row GEMM per
+        // channel and spatial pack would fill one lane of each vector, so in
+        // fp32 NCHW every algorithm runs it with the sliding-window kernel,
+        // as TVM and XNNPACK do. `kernel_name` reports what ran.
+        let depthwise =
+            w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
         let kernel = match (config.algorithm, schedule) {
+            (Algorithm::Gemm | Algorithm::SpatialPack, _) if depthwise && !half && !nhwc => {
+                Kernel::Direct(DirectConv::new(
+                    w,
+                    DirectSchedule::default(),
+                    weights,
+                    blocks,
+                ))
+            }
             (Algorithm::Direct, Schedule::Direct(s)) => {
                 Kernel::Direct(DirectConv::new(w, s, weights, blocks))
             }
@@ -203,6 +220,17 @@ impl Conv2d {
             blocks: None,
             layout: Layout::Nchw,
         })
+    }
+
+    /// The kernel that runs this layer: the algorithm's, or `direct` for a
+    /// depthwise layer (see [`Conv2d::new`]).
+    pub fn kernel_name(&self) -> &'static str {
+        match self.kernel {
+            Kernel::Int8(_) => "gemm-int8",
+            Kernel::Direct(_) => "direct",
+            Kernel::Gemm(_) => "gemm",
+            Kernel::SpatialPack(_) => "spatial-pack",
+        }
     }
 
     /// Whether the layer computes in int8.
