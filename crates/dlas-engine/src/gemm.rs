@@ -201,19 +201,45 @@ pub(crate) fn pack_im2col_with<S: Copy + Sync, T: Copy + Default + Send>(
     krows: usize,
     f: impl Fn(S) -> T + Sync,
 ) -> Vec<T> {
+    let ow = w.out_w;
+    pack_columns(
+        input,
+        w,
+        g,
+        (width, krows),
+        w.out_pixels(),
+        |col| Some((col / ow, col % ow)),
+        f,
+    )
+}
+
+/// The im2col matrix with an arbitrary column order: column `col` (of
+/// `columns`) is output pixel `pixel(col)` = (oy, ox), or all zeros for
+/// `None`. Spatial pack uses it to lay pixels out tile by tile.
+pub(crate) fn pack_columns<S: Copy + Sync, T: Copy + Default + Send>(
+    input: &[S],
+    w: &Workload,
+    g: usize,
+    (width, krows): (usize, usize),
+    columns: usize,
+    pixel: impl Fn(usize) -> Option<(usize, usize)> + Sync,
+    f: impl Fn(S) -> T + Sync,
+) -> Vec<T> {
     let (k, s, p) = (w.kernel, w.stride as isize, w.padding as isize);
-    let (ih, iw, ow, pix) = (w.in_h as isize, w.in_w, w.out_w, w.out_pixels());
+    let (ih, iw) = (w.in_h as isize, w.in_w);
     let (icg, red) = (w.in_channels_per_group(), w.reduction());
     let plane = w.in_h * w.in_w;
-    let mut out = vec![T::default(); pix.div_ceil(width) * krows * width];
+    let mut out = vec![T::default(); columns.div_ceil(width) * krows * width];
     out.par_chunks_mut(krows * width)
         .enumerate()
         .for_each(|(panel_index, panel)| {
-            let cols = width.min(pix - panel_index * width);
+            let cols = width.min(columns - panel_index * width);
+            // Window origin of each column; padding columns get one that is
+            // outside every input, so they stay zero.
             let origin: Vec<(isize, isize)> = (0..cols)
-                .map(|j| {
-                    let col = panel_index * width + j;
-                    ((col / ow) as isize * s - p, (col % ow) as isize * s - p)
+                .map(|j| match pixel(panel_index * width + j) {
+                    Some((oy, ox)) => (oy as isize * s - p, ox as isize * s - p),
+                    None => (isize::MIN / 2, 0),
                 })
                 .collect();
             for q in 0..red {
@@ -474,7 +500,7 @@ impl GemmConv {
 /// Columns of C a sparse kernel keeps in registers per block row of `r`
 /// rows: 64 accumulators (8 AVX2 registers) in all, so that 8 independent
 /// FMA chains hide the FMA latency however few rows a block has.
-const fn strip(r: usize) -> usize {
+pub(crate) const fn strip(r: usize) -> usize {
     64 / r
 }
 
@@ -483,7 +509,7 @@ const fn strip(r: usize) -> usize {
 /// `nc` columns; inside a task panels are the outer loop so each panel is
 /// reused by all the task's rows while it is in cache.
 #[allow(clippy::too_many_arguments)]
-fn sparse_gemm(
+pub(crate) fn sparse_gemm(
     s: &GemmSchedule,
     m: &BlockSparse,
     b: &[f32],

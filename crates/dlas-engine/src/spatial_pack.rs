@@ -2,18 +2,18 @@
 //! that covers whole output tiles, weights are packed at load as
 //! [group][oc block][ic][ky][kx][vc], and each task accumulates a `vh` x `vw`
 //! output tile for `vc` output channels (the vector) in registers.
-//! The sparse variant keeps block rows of weights and skips absent blocks.
+//! The sparse variant packs the input tile by tile and runs the block-sparse
+//! SpMM kernel over the tiles (see `run_sparse`).
 
-use crate::epilogue::{Epilogue, SyncPtr, has_avx2_fma, madd};
-use crate::schedule::{ParallelLoop, SpatialPackSchedule};
+use crate::epilogue::{Activation, Epilogue, SyncPtr, has_avx2_fma, madd};
+use crate::gemm::{pack_columns, sparse_gemm, strip};
+use crate::schedule::{GemmSchedule, ParallelLoop, SpatialPackSchedule};
 use crate::sparse::BlockSparse;
 use crate::workload::Workload;
 use rayon::prelude::*;
 
 /// Largest `vh * vw` a schedule may ask for (validated: <= 14 registers).
 const MAX_TILE: usize = 16;
-/// Largest BSR block height the sparse variant accepts.
-pub(crate) const MAX_BLOCK_ROWS: usize = 8;
 
 #[derive(Debug, Clone)]
 enum Packed {
@@ -83,6 +83,9 @@ impl SpatialPackConv {
 
     /// One NCHW sample.
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
+        if let Packed::Sparse(m) = &self.packed {
+            return self.run_sparse(m, input, out, epi, residual);
+        }
         let w = &self.w;
         let (hp, wp, p) = (self.hp, self.wp, w.padding);
         let mut padded = vec![0.0f32; w.in_channels * hp * wp];
@@ -95,11 +98,7 @@ impl SpatialPackConv {
                 }
             });
         let ocg = w.out_channels_per_group();
-        let rows_per_block = match &self.packed {
-            Packed::Dense(_) => self.s.vc,
-            Packed::Sparse(m) => m[0].r,
-        };
-        let oblocks = ocg.div_ceil(rows_per_block);
+        let oblocks = ocg.div_ceil(self.s.vc);
         let (ty, tx) = (w.out_h.div_ceil(self.s.vh), w.out_w.div_ceil(self.s.vw));
         let c = SyncPtr::new(out);
         let avx = has_avx2_fma();
@@ -133,6 +132,68 @@ impl SpatialPackConv {
         }
     }
 
+    /// Sparse weights: the input is packed tile by tile (the pixels of each
+    /// `vh` x `vw` output tile are consecutive columns of an im2col matrix),
+    /// the block-sparse SpMM kernel computes all tiles, and the tiles are
+    /// scattered back to NCHW through the epilogue.
+    fn run_sparse(
+        &self,
+        mats: &[BlockSparse],
+        input: &[f32],
+        out: &mut [f32],
+        epi: &Epilogue,
+        residual: Option<&[f32]>,
+    ) {
+        let w = &self.w;
+        let (vh, vw) = (self.s.vh, self.s.vw);
+        let tile = vh * vw;
+        let tx = w.out_w.div_ceil(vw);
+        let columns = w.out_h.div_ceil(vh) * tx * tile;
+        // Column -> output pixel, tile-major.
+        let pixel = |col: usize| {
+            let (t, i) = (col / tile, col % tile);
+            let (oy, ox) = ((t / tx) * vh + i / vw, (t % tx) * vw + i % vw);
+            (oy < w.out_h && ox < w.out_w).then_some((oy, ox))
+        };
+        let ocg = w.out_channels_per_group();
+        let plain = Epilogue {
+            bias: vec![0.0; ocg],
+            act: Activation::Identity,
+        };
+        // Parallel over output channels, or over rows of tiles (as dense).
+        let schedule = GemmSchedule {
+            nc: match self.s.parallel {
+                ParallelLoop::OutputChannels => columns,
+                ParallelLoop::Spatial => tx * tile,
+            },
+            parallel: self.s.parallel,
+            ..GemmSchedule::default()
+        };
+        let pix = w.out_pixels();
+        for (g, m) in mats.iter().enumerate() {
+            let krows = w.reduction().next_multiple_of(m.c);
+            let sw = strip(m.r);
+            let b = pack_columns(input, w, g, (sw, krows), columns, pixel, |x| x);
+            let mut tiles = vec![0.0f32; ocg * columns];
+            let c = SyncPtr::new(&mut tiles);
+            sparse_gemm(&schedule, m, &b, krows, columns, 0, c, &plain, None);
+            out[g * ocg * pix..(g + 1) * ocg * pix]
+                .par_chunks_mut(pix)
+                .zip(tiles.par_chunks(columns))
+                .enumerate()
+                .for_each(|(r, (o, t))| {
+                    let oc = g * ocg + r;
+                    for (col, &v) in t.iter().enumerate() {
+                        if let Some((oy, ox)) = pixel(col) {
+                            let i = oy * w.out_w + ox;
+                            let res = residual.map_or(0.0, |x| x[oc * pix + i]);
+                            o[i] = epi.one(oc, v, res);
+                        }
+                    }
+                });
+        }
+    }
+
     /// # Safety
     /// No other task may write tile `t`.
     unsafe fn tile(
@@ -145,16 +206,11 @@ impl SpatialPackConv {
         avx: bool,
     ) {
         let mut acc = [0.0f32; MAX_TILE * 16];
-        let width = match &self.packed {
-            Packed::Dense(p) => {
-                dense_tile(self, p, t, padded, &mut acc, avx);
-                self.s.vc
-            }
-            Packed::Sparse(m) => {
-                sparse_tile(self, &m[t.g], t, padded, &mut acc, avx);
-                m[t.g].r
-            }
+        let Packed::Dense(p) = &self.packed else {
+            unreachable!("sparse layers run through run_sparse")
         };
+        dense_tile(self, p, t, padded, &mut acc, avx);
+        let width = self.s.vc;
         let w = &self.w;
         let ocg = w.out_channels_per_group();
         let (vh, vw) = (self.s.vh, self.s.vw);
@@ -247,72 +303,5 @@ fn dense_body<const VC: usize, const FMA: bool>(
     }
     for (i, a) in tile.iter().take(vh * vw).enumerate() {
         acc[i * VC..][..VC].copy_from_slice(a);
-    }
-}
-
-/// Accumulates a sparse tile: acc[(y * vw + x) * r + rr].
-fn sparse_tile(
-    sp: &SpatialPackConv,
-    m: &BlockSparse,
-    t: Tile,
-    padded: &[f32],
-    acc: &mut [f32],
-    avx: bool,
-) {
-    #[cfg(target_arch = "x86_64")]
-    if avx {
-        // SAFETY: the CPU has AVX2 and FMA.
-        return unsafe { sparse_avx2(sp, m, t, padded, acc) };
-    }
-    let _ = avx;
-    sparse_body::<false>(sp, m, t, padded, acc)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn sparse_avx2(sp: &SpatialPackConv, m: &BlockSparse, t: Tile, padded: &[f32], acc: &mut [f32]) {
-    sparse_body::<true>(sp, m, t, padded, acc)
-}
-
-#[inline(always)]
-fn sparse_body<const FMA: bool>(
-    sp: &SpatialPackConv,
-    m: &BlockSparse,
-    t: Tile,
-    padded: &[f32],
-    acc: &mut [f32],
-) {
-    let w = &sp.w;
-    let (k, s, icg) = (w.kernel, w.stride, w.in_channels_per_group());
-    let (vh, vw, hp, wp) = (sp.s.vh, sp.s.vw, sp.hp, sp.wp);
-    let r = m.r;
-    // tile[rr][y * vw + x]: the pixel loop is innermost so it vectorises.
-    let mut tile = [[0.0f32; MAX_TILE]; MAX_BLOCK_ROWS];
-    let mut pix = [0.0f32; MAX_TILE];
-    for b in m.row_ptr[t.ob]..m.row_ptr[t.ob + 1] {
-        let k0 = m.block_cols[b];
-        let vals = &m.values[b * r * m.c..][..r * m.c];
-        for cc in 0..m.c.min(m.cols - k0) {
-            let q = k0 + cc;
-            let (i, ky, kx) = (q / (k * k), q % (k * k) / k, q % k);
-            let plane = &padded[(t.g * icg + i) * hp * wp..][..hp * wp];
-            for y in 0..vh {
-                let row = &plane[((t.oy0 + y) * s + ky) * wp + t.ox0 * s + kx..];
-                for x in 0..vw {
-                    pix[y * vw + x] = row[x * s];
-                }
-            }
-            for (rr, a) in tile.iter_mut().take(r).enumerate() {
-                let v = vals[rr * m.c + cc];
-                for (a, &x) in a.iter_mut().zip(&pix) {
-                    *a = madd::<FMA>(v, x, *a);
-                }
-            }
-        }
-    }
-    for (i, _) in pix.iter().enumerate().take(vh * vw) {
-        for (rr, a) in tile.iter().take(r).enumerate() {
-            acc[i * r + rr] = a[i];
-        }
     }
 }
