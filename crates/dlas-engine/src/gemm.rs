@@ -490,7 +490,7 @@ impl GemmConv {
                 // whole blocks): a task's panel stays in L1/L2 while every
                 // weight row of the task streams over it.
                 let krows = red.next_multiple_of(m.c);
-                let b = pack_im2col(input, w, g, strip(m.r), krows);
+                let b = pack_im2col(input, w, g, strip(m.r, pix), krows);
                 sparse_gemm(&self.s, m, &b, krows, pix, g * ocg, c, epi, residual);
             }),
         }
@@ -498,14 +498,15 @@ impl GemmConv {
 }
 
 /// Columns of C a sparse kernel keeps in registers per block row of `r`
-/// rows: 64 accumulators (8 AVX2 registers) in all, so that 8 independent
-/// FMA chains hide the FMA latency however few rows a block has.
-pub(crate) const fn strip(r: usize) -> usize {
-    64 / r
+/// rows: up to 64 accumulators (8 AVX2 registers), so that 8 independent
+/// FMA chains hide the FMA latency however few rows a block has, but no
+/// wider than the (power-of-two rounded) `columns` there are to compute.
+pub(crate) fn strip(r: usize, columns: usize) -> usize {
+    (64 / r).min(columns.next_power_of_two().max(8))
 }
 
 /// Rows `oc0..oc0 + m.rows` of C (row stride `n`) = m * B, with B packed
-/// in panels of `strip(m.r)` columns over `krows` rows. Tasks are `mc` rows by
+/// in panels of `strip(m.r, n)` columns over `krows` rows. Tasks are `mc` rows by
 /// `nc` columns; inside a task panels are the outer loop so each panel is
 /// reused by all the task's rows while it is in cache.
 #[allow(clippy::too_many_arguments)]
@@ -520,8 +521,8 @@ pub(crate) fn sparse_gemm(
     epi: &Epilogue,
     residual: Option<&[f32]>,
 ) {
-    let task = sparse_task(m.r);
-    let sw = strip(m.r);
+    let sw = strip(m.r, n);
+    let task = sparse_task(m.r, sw);
     let rows_per_task = (s.mc / m.r).max(1);
     let (row_chunks, col_chunks) = (m.block_rows().div_ceil(rows_per_task), n.div_ceil(s.nc));
     let run = |i: usize, j: usize| {
@@ -578,17 +579,58 @@ unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool>(
     let rows = R.min(m.rows - br * R);
     let skip = lo % S;
     let mut acc = [[0.0f32; S]; R];
-    for blk in m.row_ptr[br]..m.row_ptr[br + 1] {
-        let k0 = m.block_cols[blk];
-        let vals = &m.values[blk * R * m.c..][..R * m.c];
-        for cc in 0..m.c {
-            let brow: &[f32; S] = panel[(k0 + cc) * S..][..S]
-                .try_into()
-                .expect("panels are S wide");
+    let blocks = m.row_ptr[br]..m.row_ptr[br + 1];
+    if m.c == 1 {
+        // Blocks one column wide (CSR, BSR rx1): a tight loop over
+        // (column, R values) pairs, two blocks per step into two
+        // accumulator sets, so even a narrow strip has independent chains.
+        let cols = &m.block_cols[blocks.clone()];
+        let vals = &m.values[blocks.start * R..blocks.end * R];
+        let mut acc2 = [[0.0f32; S]; R];
+        let mut pairs = cols.chunks_exact(2).zip(vals.chunks_exact(2 * R));
+        for (k, v) in &mut pairs {
+            let b0: &[f32; S] = panel[k[0] * S..][..S].try_into().expect("S wide");
+            let b1: &[f32; S] = panel[k[1] * S..][..S].try_into().expect("S wide");
+            for rr in 0..R {
+                let (v0, v1) = (v[rr], v[R + rr]);
+                for ((a, a2), (&x0, &x1)) in acc[rr]
+                    .iter_mut()
+                    .zip(acc2[rr].iter_mut())
+                    .zip(b0.iter().zip(b1))
+                {
+                    *a = madd::<FMA>(v0, x0, *a);
+                    *a2 = madd::<FMA>(v1, x1, *a2);
+                }
+            }
+        }
+        if cols.len() % 2 == 1 {
+            let k = cols[cols.len() - 1];
+            let v = &vals[vals.len() - R..];
+            let b0: &[f32; S] = panel[k * S..][..S].try_into().expect("S wide");
             for (rr, a) in acc.iter_mut().enumerate() {
-                let v = vals[rr * m.c + cc];
-                for (a, &x) in a.iter_mut().zip(brow) {
-                    *a = madd::<FMA>(v, x, *a);
+                for (a, &x) in a.iter_mut().zip(b0) {
+                    *a = madd::<FMA>(v[rr], x, *a);
+                }
+            }
+        }
+        for (a, a2) in acc.iter_mut().zip(&acc2) {
+            for (a, b) in a.iter_mut().zip(a2) {
+                *a += b;
+            }
+        }
+    } else {
+        for blk in blocks {
+            let k0 = m.block_cols[blk];
+            let vals = &m.values[blk * R * m.c..][..R * m.c];
+            for cc in 0..m.c {
+                let brow: &[f32; S] = panel[(k0 + cc) * S..][..S]
+                    .try_into()
+                    .expect("panels are S wide");
+                for (rr, a) in acc.iter_mut().enumerate() {
+                    let v = vals[rr * m.c + cc];
+                    for (a, &x) in a.iter_mut().zip(brow) {
+                        *a = madd::<FMA>(v, x, *a);
+                    }
                 }
             }
         }
@@ -601,37 +643,43 @@ unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool>(
 }
 
 macro_rules! sparse_versions {
-    ($($r:literal => $avx:ident, $port:ident;)*) => {
+    ($(($r:literal, $s:literal) => $avx:ident, $port:ident;)*) => {
         $(
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             unsafe fn $avx(m: &BlockSparse, br: usize, panel: &[f32], lo: usize, hi: usize, oc0: usize, c: SyncPtr, ldc: usize) {
                 // SAFETY: forwarded from the caller.
-                unsafe { sparse_body::<$r, { strip($r) }, true>(m, br, panel, lo, hi, oc0, c, ldc) }
+                unsafe { sparse_body::<$r, $s, true>(m, br, panel, lo, hi, oc0, c, ldc) }
             }
             #[allow(clippy::too_many_arguments)]
             unsafe fn $port(m: &BlockSparse, br: usize, panel: &[f32], lo: usize, hi: usize, oc0: usize, c: SyncPtr, ldc: usize) {
                 // SAFETY: forwarded from the caller.
-                unsafe { sparse_body::<$r, { strip($r) }, false>(m, br, panel, lo, hi, oc0, c, ldc) }
+                unsafe { sparse_body::<$r, $s, false>(m, br, panel, lo, hi, oc0, c, ldc) }
             }
         )*
-        fn sparse_task(r: usize) -> SparseTask {
-            match r {
+        fn sparse_task(r: usize, s: usize) -> SparseTask {
+            match (r, s) {
                 $(
                     #[cfg(target_arch = "x86_64")]
-                    $r if has_avx2_fma() => $avx,
-                    $r => $port,
+                    ($r, $s) if has_avx2_fma() => $avx,
+                    ($r, $s) => $port,
                 )*
-                _ => unreachable!("block rows are validated at load"),
+                _ => unreachable!("block rows are validated at load and strips come from `strip`"),
             }
         }
     };
 }
 
 sparse_versions! {
-    1 => sparse_avx2_1, sparse_portable_1;
-    2 => sparse_avx2_2, sparse_portable_2;
-    4 => sparse_avx2_4, sparse_portable_4;
-    8 => sparse_avx2_8, sparse_portable_8;
+    (1, 8) => sparse_avx2_1_8, sparse_portable_1_8;
+    (1, 16) => sparse_avx2_1_16, sparse_portable_1_16;
+    (1, 32) => sparse_avx2_1_32, sparse_portable_1_32;
+    (1, 64) => sparse_avx2_1_64, sparse_portable_1_64;
+    (2, 8) => sparse_avx2_2_8, sparse_portable_2_8;
+    (2, 16) => sparse_avx2_2_16, sparse_portable_2_16;
+    (2, 32) => sparse_avx2_2_32, sparse_portable_2_32;
+    (4, 8) => sparse_avx2_4_8, sparse_portable_4_8;
+    (4, 16) => sparse_avx2_4_16, sparse_portable_4_16;
+    (8, 8) => sparse_avx2_8_8, sparse_portable_8_8;
 }

@@ -172,7 +172,7 @@ impl SpatialPackConv {
         let pix = w.out_pixels();
         for (g, m) in mats.iter().enumerate() {
             let krows = w.reduction().next_multiple_of(m.c);
-            let sw = strip(m.r);
+            let sw = strip(m.r, columns);
             let b = pack_columns(input, w, g, (sw, krows), columns, pixel, |x| x);
             let mut tiles = vec![0.0f32; ocg * columns];
             let c = SyncPtr::new(&mut tiles);
