@@ -237,39 +237,49 @@ fn dense_tile(
     acc: &mut [f32],
     avx: bool,
 ) {
+    // The tile size is a compile-time constant so its accumulators live in
+    // registers: one instance per (vc, vh * vw) a valid schedule can ask for.
     macro_rules! go {
-        ($vc:literal) => {{
+        ($vc:literal, $n:literal) => {{
             #[cfg(target_arch = "x86_64")]
             if avx {
                 // SAFETY: the CPU has AVX2 and FMA.
-                return unsafe { dense_avx2::<$vc>(sp, p, t, padded, acc) };
+                return unsafe { dense_avx2::<$vc, $n>(sp, p, t, padded, acc) };
             }
             let _ = avx;
-            dense_body::<$vc, false>(sp, p, t, padded, acc)
+            dense_body::<$vc, $n, false>(sp, p, t, padded, acc)
         }};
     }
+    macro_rules! tiles {
+        ($vc:literal: $($n:literal)*) => {
+            match sp.s.vh * sp.s.vw {
+                $($n => go!($vc, $n),)*
+                _ => unreachable!("tiles are validated against the register budget"),
+            }
+        };
+    }
     match sp.s.vc {
-        4 => go!(4),
-        8 => go!(8),
-        16 => go!(16),
+        4 => tiles!(4: 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+        8 => tiles!(8: 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+        16 => tiles!(16: 1 2 3 4 5 6 7),
         _ => unreachable!("vc is validated against SPATIAL_PACK_VC"),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn dense_avx2<const VC: usize>(
+fn dense_avx2<const VC: usize, const N: usize>(
     sp: &SpatialPackConv,
     p: &[f32],
     t: Tile,
     padded: &[f32],
     acc: &mut [f32],
 ) {
-    dense_body::<VC, true>(sp, p, t, padded, acc)
+    dense_body::<VC, N, true>(sp, p, t, padded, acc)
 }
 
 #[inline(always)]
-fn dense_body<const VC: usize, const FMA: bool>(
+fn dense_body<const VC: usize, const N: usize, const FMA: bool>(
     sp: &SpatialPackConv,
     p: &[f32],
     t: Tile,
@@ -280,28 +290,36 @@ fn dense_body<const VC: usize, const FMA: bool>(
     let (k, s, red, icg) = (w.kernel, w.stride, w.reduction(), w.in_channels_per_group());
     let (vh, vw, hp, wp) = (sp.s.vh, sp.s.vw, sp.hp, sp.wp);
     let blocks = w.out_channels_per_group().div_ceil(VC);
-    let mut tile = [[0.0f32; VC]; MAX_TILE];
+    let mut tile = [[0.0f32; VC]; N];
     let wblock = &p[(t.g * blocks + t.ob) * red * VC..][..red * VC];
+    // Offsets of the tile's pixels from the window origin, and one bounds
+    // check for the whole tile (the padded buffer covers whole tiles).
+    let ntile = N;
+    debug_assert_eq!(N, vh * vw);
+    let mut offs = [0usize; N];
+    for (i, o) in offs.iter_mut().enumerate() {
+        *o = (i / vw) * s * wp + (i % vw) * s;
+    }
+    let first = (t.g * icg) * hp * wp + t.oy0 * s * wp + t.ox0 * s;
+    let last = first + (icg - 1) * hp * wp + (k - 1) * (wp + 1) + offs[ntile - 1];
+    assert!(last < padded.len(), "the padded input covers every tile");
     for i in 0..icg {
-        let plane = &padded[(t.g * icg + i) * hp * wp..][..hp * wp];
         for ky in 0..k {
             for kx in 0..k {
                 let q = (i * k + ky) * k + kx;
                 let wv: &[f32; VC] = wblock[q * VC..][..VC].try_into().expect("VC lanes");
-                for y in 0..vh {
-                    let row = &plane[((t.oy0 + y) * s + ky) * wp + t.ox0 * s + kx..];
-                    for x in 0..vw {
-                        let v = row[x * s];
-                        let a = &mut tile[y * vw + x];
-                        for (a, &wl) in a.iter_mut().zip(wv) {
-                            *a = madd::<FMA>(v, wl, *a);
-                        }
+                let base = first + i * hp * wp + ky * wp + kx;
+                for (a, &o) in tile.iter_mut().zip(&offs) {
+                    // SAFETY: base + o <= last < padded.len() (asserted above).
+                    let v = unsafe { *padded.get_unchecked(base + o) };
+                    for (a, &wl) in a.iter_mut().zip(wv) {
+                        *a = madd::<FMA>(v, wl, *a);
                     }
                 }
             }
         }
     }
-    for (i, a) in tile.iter().take(vh * vw).enumerate() {
+    for (i, a) in tile.iter().enumerate() {
         acc[i * VC..][..VC].copy_from_slice(a);
     }
 }
