@@ -6,7 +6,7 @@ use crate::direct::DirectConv;
 use crate::epilogue::{Activation, Epilogue};
 use crate::gemm::GemmConv;
 use crate::int8::Int8Conv;
-use crate::schedule::{DirectSchedule, GemmSchedule, Schedule, SpatialPackSchedule};
+use crate::schedule::{DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule};
 use crate::sparse::{block_fill, density};
 use crate::spatial_pack::SpatialPackConv;
 use crate::workload::Workload;
@@ -38,11 +38,54 @@ pub const SPARSE_DENSITY: f64 = 0.35;
 /// Fraction of nonzeros within stored blocks above which Auto prefers BSR.
 pub const BSR_FILL: f64 = 0.6;
 
-/// The untuned schedule of `algorithm` for `w`, shrunk to fit small outputs.
-pub fn default_schedule(algorithm: Algorithm, w: &Workload) -> Result<Schedule, ConfigError> {
+/// The schedule a layer runs when the configuration names none: the
+/// untuned `Default` of `algorithm`, fitted to the workload so that it is
+/// valid (tiles no larger than the output, register blocks inside a group)
+/// and, for gemm, so that the parallel loop has work for `threads` threads:
+/// it parallelises the dimension with more blocks, and shrinks that
+/// dimension's block when neither has two per thread.
+pub fn default_schedule(
+    algorithm: Algorithm,
+    w: &Workload,
+    threads: usize,
+    nhwc: bool,
+) -> Result<Schedule, ConfigError> {
     Ok(match algorithm {
-        Algorithm::Direct => Schedule::Direct(DirectSchedule::default()),
-        Algorithm::Gemm => Schedule::Gemm(GemmSchedule::default()),
+        Algorithm::Direct => {
+            let d = DirectSchedule::default();
+            Schedule::Direct(DirectSchedule {
+                oc_block: 8.min(w.out_channels_per_group()),
+                ..d
+            })
+        }
+        Algorithm::Gemm => {
+            let d = GemmSchedule::default();
+            // Rows of C are output channels in NCHW, pixels in NHWC.
+            let (m, n) = if nhwc {
+                (w.out_pixels(), w.out_channels_per_group())
+            } else {
+                (w.out_channels_per_group(), w.out_pixels())
+            };
+            let want = 2 * threads;
+            let (mut mc, mut nc) = (d.mc, d.nc);
+            let rows_parallel = m.div_ceil(mc) >= n.div_ceil(nc);
+            if rows_parallel && m.div_ceil(mc) < want {
+                mc = m.div_ceil(want).next_multiple_of(d.mr).min(d.mc);
+            } else if !rows_parallel && n.div_ceil(nc) < want {
+                nc = n.div_ceil(want).next_multiple_of(d.nr).min(d.nc);
+            }
+            // `ParallelLoop` names the output's dimension, not the matrix's.
+            let parallel = match (rows_parallel, nhwc) {
+                (true, false) | (false, true) => ParallelLoop::OutputChannels,
+                (false, false) | (true, true) => ParallelLoop::Spatial,
+            };
+            Schedule::Gemm(GemmSchedule {
+                mc,
+                nc,
+                parallel,
+                ..d
+            })
+        }
         Algorithm::SpatialPack => {
             let d = SpatialPackSchedule::default();
             Schedule::SpatialPack(SpatialPackSchedule {
@@ -110,7 +153,12 @@ impl Conv2d {
         let blocks = resolve_format(config.format, &w, weights)?;
         let schedule = match config.schedule {
             Some(s) => s,
-            None => default_schedule(config.algorithm, &w)?,
+            None => default_schedule(
+                config.algorithm,
+                &w,
+                config.threads,
+                config.layout == Layout::Nhwc,
+            )?,
         };
         let nhwc = config.layout == Layout::Nhwc;
         if nhwc && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
