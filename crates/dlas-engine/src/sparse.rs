@@ -60,7 +60,6 @@ impl BlockSparse {
 
     /// Calls `f(column, value)` for every stored value of row `i`,
     /// including explicit zeros inside blocks but no padding column.
-    #[cfg(test)]
     pub fn for_each_in_row(&self, i: usize, mut f: impl FnMut(usize, f32)) {
         let (br, rr) = (i / self.r, i % self.r);
         for b in self.row_ptr[br]..self.row_ptr[br + 1] {
