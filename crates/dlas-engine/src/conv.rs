@@ -310,7 +310,7 @@ impl Conv2d {
             Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
             Kernel::Gemm(k) => k.run(input, out, &self.epi, residual),
             Kernel::SpatialPack(k) => k.run(input, out, &self.epi, residual),
-            Kernel::Int8(_) => unreachable!("int8 layers run through run_sample_i8"),
+            Kernel::Int8(_) => panic!("an int8 layer takes int8 activations: use Conv2d::run_i8"),
         }
     }
 
@@ -318,7 +318,7 @@ impl Conv2d {
     pub(crate) fn run_sample_i8(&self, input: &[i8], out: &mut [i8], residual: Option<&[f32]>) {
         match &self.kernel {
             Kernel::Int8(k) => k.run(input, out, &self.epi, residual),
-            _ => unreachable!("only int8 layers take int8 activations"),
+            _ => panic!("only int8 layers take int8 activations: use Conv2d::run"),
         }
     }
 

@@ -311,7 +311,7 @@ const FORMATS: [FormatChoice; 5] = [
 ];
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn direct_matches_reference(c in case()) {
