@@ -227,7 +227,7 @@ pub(crate) fn pack_columns<S: Copy + Sync, T: Copy + Default + Send>(
 ) -> Vec<T> {
     let (k, s, p) = (w.kernel, w.stride as isize, w.padding as isize);
     let (ih, iw) = (w.in_h as isize, w.in_w);
-    let (icg, red) = (w.in_channels_per_group(), w.reduction());
+    let icg = w.in_channels_per_group();
     let plane = w.in_h * w.in_w;
     let mut out = vec![T::default(); columns.div_ceil(width) * krows * width];
     out.par_chunks_mut(krows * width)
@@ -242,18 +242,45 @@ pub(crate) fn pack_columns<S: Copy + Sync, T: Copy + Default + Send>(
                     None => (isize::MIN / 2, 0),
                 })
                 .collect();
-            for q in 0..red {
-                let (ic, ky, kx) = (
-                    g * icg + q / (k * k),
-                    (q % (k * k) / k) as isize,
-                    (q % k) as isize,
-                );
-                let src = &input[ic * plane..(ic + 1) * plane];
-                let dst = &mut panel[q * width..q * width + cols];
-                for (d, &(y0, x0)) in dst.iter_mut().zip(&origin) {
-                    let (iy, ix) = (y0 + ky, x0 + kx);
-                    if iy >= 0 && iy < ih && ix >= 0 && (ix as usize) < iw {
-                        *d = f(src[iy as usize * iw + ix as usize]);
+            // Fast path: a stride-1 panel of consecutive pixels of one output
+            // row reads, for every tap, one contiguous run of an input row.
+            let one_row = s == 1
+                && origin
+                    .iter()
+                    .enumerate()
+                    .all(|(j, &(y0, x0))| y0 == origin[0].0 && x0 == origin[0].1 + j as isize);
+            let mut q = 0;
+            for i in 0..icg {
+                let src = &input[(g * icg + i) * plane..][..plane];
+                for ky in 0..k as isize {
+                    for kx in 0..k as isize {
+                        let dst = &mut panel[q * width..q * width + cols];
+                        q += 1;
+                        if one_row {
+                            let (iy, x0) = (origin[0].0 + ky, origin[0].1 + kx);
+                            if iy < 0 || iy >= ih {
+                                continue;
+                            }
+                            // Columns j with 0 <= x0 + j < iw.
+                            let lo = (-x0).clamp(0, cols as isize) as usize;
+                            let hi = (iw as isize - x0).clamp(0, cols as isize) as usize;
+                            if lo < hi {
+                                let row = &src[iy as usize * iw..][..iw];
+                                let start = (x0 + lo as isize) as usize;
+                                for (d, &v) in
+                                    dst[lo..hi].iter_mut().zip(&row[start..start + hi - lo])
+                                {
+                                    *d = f(v);
+                                }
+                            }
+                            continue;
+                        }
+                        for (d, &(y0, x0)) in dst.iter_mut().zip(&origin) {
+                            let (iy, ix) = (y0 + ky, x0 + kx);
+                            if iy >= 0 && iy < ih && ix >= 0 && (ix as usize) < iw {
+                                *d = f(src[iy as usize * iw + ix as usize]);
+                            }
+                        }
                     }
                 }
             }
