@@ -242,13 +242,22 @@ pub(crate) fn pack_columns<S: Copy + Sync, T: Copy + Default + Send>(
                     None => (isize::MIN / 2, 0),
                 })
                 .collect();
-            // Fast path: a stride-1 panel of consecutive pixels of one output
-            // row reads, for every tap, one contiguous run of an input row.
-            let one_row = s == 1
-                && origin
-                    .iter()
-                    .enumerate()
-                    .all(|(j, &(y0, x0))| y0 == origin[0].0 && x0 == origin[0].1 + j as isize);
+            // Stride 1: split the panel into runs of consecutive pixels of
+            // one output row (j0, length, window origin); each tap then reads
+            // one contiguous stretch of an input row per run.
+            let mut runs: Vec<(usize, usize, isize, isize)> = Vec::new();
+            if s == 1 {
+                for (j, &(y0, x0)) in origin.iter().enumerate() {
+                    match runs.last_mut() {
+                        Some((j0, len, ry, rx))
+                            if *ry == y0 && *rx + (j - *j0) as isize == x0 && *j0 + *len == j =>
+                        {
+                            *len += 1
+                        }
+                        _ => runs.push((j, 1, y0, x0)),
+                    }
+                }
+            }
             let mut q = 0;
             for i in 0..icg {
                 let src = &input[(g * icg + i) * plane..][..plane];
@@ -256,21 +265,22 @@ pub(crate) fn pack_columns<S: Copy + Sync, T: Copy + Default + Send>(
                     for kx in 0..k as isize {
                         let dst = &mut panel[q * width..q * width + cols];
                         q += 1;
-                        if one_row {
-                            let (iy, x0) = (origin[0].0 + ky, origin[0].1 + kx);
-                            if iy < 0 || iy >= ih {
-                                continue;
-                            }
-                            // Columns j with 0 <= x0 + j < iw.
-                            let lo = (-x0).clamp(0, cols as isize) as usize;
-                            let hi = (iw as isize - x0).clamp(0, cols as isize) as usize;
-                            if lo < hi {
-                                let row = &src[iy as usize * iw..][..iw];
-                                let start = (x0 + lo as isize) as usize;
-                                for (d, &v) in
-                                    dst[lo..hi].iter_mut().zip(&row[start..start + hi - lo])
-                                {
-                                    *d = f(v);
+                        if s == 1 {
+                            for &(j0, len, y0, x0) in &runs {
+                                let (iy, x0) = (y0 + ky, x0 + kx);
+                                if iy < 0 || iy >= ih {
+                                    continue;
+                                }
+                                // Columns j of the run with 0 <= x0 + j < iw.
+                                let lo = (-x0).clamp(0, len as isize) as usize;
+                                let hi = (iw as isize - x0).clamp(0, len as isize) as usize;
+                                if lo < hi {
+                                    let row = &src[iy as usize * iw..][..iw];
+                                    let start = (x0 + lo as isize) as usize;
+                                    let d = &mut dst[j0 + lo..j0 + hi];
+                                    for (d, &v) in d.iter_mut().zip(&row[start..start + hi - lo]) {
+                                        *d = f(v);
+                                    }
                                 }
                             }
                             continue;
@@ -607,10 +617,22 @@ unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool>(
     let skip = lo % S;
     let mut acc = [[0.0f32; S]; R];
     let blocks = m.row_ptr[br]..m.row_ptr[br + 1];
-    if m.c == 1 {
-        // Blocks one column wide (CSR, BSR rx1): a tight loop over
-        // (column, R values) pairs, two blocks per step into two
-        // accumulator sets, so even a narrow strip has independent chains.
+    if m.c == 1 && R * S >= 64 {
+        // Blocks one column wide with a full strip: 8 independent chains
+        // already, a tight loop over (column, R values).
+        let cols = &m.block_cols[blocks.clone()];
+        let vals = &m.values[blocks.start * R..blocks.end * R];
+        for (&k, v) in cols.iter().zip(vals.chunks_exact(R)) {
+            let b0: &[f32; S] = panel[k * S..][..S].try_into().expect("S wide");
+            for (a, &v) in acc.iter_mut().zip(v) {
+                for (a, &x) in a.iter_mut().zip(b0) {
+                    *a = madd::<FMA>(v, x, *a);
+                }
+            }
+        }
+    } else if m.c == 1 {
+        // Blocks one column wide (CSR, BSR rx1) in a narrow strip: two
+        // blocks per step into two accumulator sets, for independent chains.
         let cols = &m.block_cols[blocks.clone()];
         let vals = &m.values[blocks.start * R..blocks.end * R];
         let mut acc2 = [[0.0f32; S]; R];
