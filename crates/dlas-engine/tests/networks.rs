@@ -271,4 +271,21 @@ fn unsupported_configurations_are_explained() {
         })
         .contains("threads")
     );
+    let f16_direct = EngineConfig {
+        algorithm: Algorithm::Direct,
+        dtype: DType::F16,
+        ..EngineConfig::default()
+    };
+    let e = format!(
+        "{:#}",
+        Engine::compile(&graph, &weights, &f16_direct)
+            .err()
+            .unwrap()
+    );
+    assert!(e.contains("fp16"), "{e}");
+    let i8_without_quant = EngineConfig {
+        dtype: DType::I8,
+        ..EngineConfig::default()
+    };
+    assert!(err(i8_without_quant).contains("quantisation"));
 }
