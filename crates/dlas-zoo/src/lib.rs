@@ -7,6 +7,8 @@
 
 pub mod ir;
 pub mod networks;
+pub mod quant;
+pub mod reference;
 pub mod weights;
 
 pub use ir::{Conv, Graph, GraphBuilder, Node, NodeId, Op, Pool, Shape};

@@ -1,0 +1,335 @@
+//! Engine benchmark: this machine's fp32 FMA peak, then GFLOP/s and % of
+//! peak per layer of ResNet-18 (CIFAR-10) and per network for every
+//! algorithm, and dense vs CSR vs BSR at 90% sparsity (unstructured, and
+//! pruned in the BSR block shape).
+//!
+//! cargo run --release -p dlas-engine --example bench_engine [-- runs [section...]]
+//! sections: layers, networks, dtypes, sparse (default: all)
+
+use dlas_core::{Algorithm, Dataset};
+use dlas_engine::{
+    Conv2d, DType, Engine, EngineConfig, FormatChoice, GemmSchedule, ParallelLoop, Schedule,
+};
+use dlas_zoo::weights::{Weights, generate, input};
+use rand::{Rng, SeedableRng};
+use std::time::Instant;
+
+const THREADS: usize = 2;
+const ALGORITHMS: [Algorithm; 3] = [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack];
+
+/// FMAs per thread for the peak measurement.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fma_loop(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    // 12 independent accumulators: more than latency (4) x ports (2) = 8 chains.
+    let mut acc = [_mm256_set1_ps(1.0); 12];
+    let a = _mm256_set1_ps(0.999_999);
+    let b = _mm256_set1_ps(1e-7);
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm256_fmadd_ps(*x, a, b);
+        }
+    }
+    let mut sum = _mm256_setzero_ps();
+    for x in acc {
+        sum = _mm256_add_ps(sum, x);
+    }
+    let mut out = [0.0f32; 8];
+    // SAFETY: out holds 8 floats.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
+    out.iter().sum()
+}
+
+/// Peak fp32 GFLOP/s of `threads` threads running FMAs back to back.
+fn peak_gflops(threads: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        let iters = 200_000_000u64;
+        let start = Instant::now();
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    // SAFETY: AVX2 and FMA were detected.
+                    std::hint::black_box(unsafe { fma_loop(std::hint::black_box(iters)) })
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let flops = threads as f64 * iters as f64 * 12.0 * 8.0 * 2.0;
+        return flops / start.elapsed().as_secs_f64() / 1e9;
+    }
+    f64::NAN
+}
+
+/// Median seconds of `runs` calls after two warm-ups.
+fn median(runs: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    f();
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[runs / 2]
+}
+
+fn config(algorithm: Algorithm, format: FormatChoice) -> EngineConfig {
+    EngineConfig {
+        threads: THREADS,
+        algorithm,
+        format,
+        ..EngineConfig::default()
+    }
+}
+
+/// Gemm schedules tried per layer: the untuned default and a few others.
+fn gemm_candidates() -> Vec<Schedule> {
+    let mut v = vec![];
+    for (mr, nr) in [(6, 16), (4, 24)] {
+        for parallel in [ParallelLoop::OutputChannels, ParallelLoop::Spatial] {
+            for (mc, nc) in [(mr * 8, nr * 16), (mr * 4, nr * 4), (mr * 2, nr * 32)] {
+                v.push(Schedule::Gemm(GemmSchedule {
+                    mr,
+                    nr,
+                    kc: 256,
+                    mc,
+                    nc,
+                    parallel,
+                }));
+            }
+        }
+    }
+    v
+}
+
+/// Zeroes a random 90% of every 3x3 convolution's weights.
+/// Zeroes a random `sparsity` fraction of the `r` x `c` blocks of every 3x3
+/// convolution's (out, in * 9) weight matrix; 1x1 blocks is unstructured.
+fn prune(
+    graph: &dlas_zoo::Graph,
+    weights: &Weights,
+    sparsity: f64,
+    (r, c): (usize, usize),
+) -> Weights {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let mut w = weights.clone();
+    for (node, p) in graph.nodes.iter().zip(w.by_node.iter_mut()) {
+        if let (dlas_zoo::Op::Conv(conv), Some(dlas_zoo::weights::Params::Conv { weight, .. })) =
+            (&node.op, p)
+            && conv.kernel == 3
+            && conv.groups == 1
+        {
+            let cols = weight.len() / conv.out_channels;
+            for br in 0..conv.out_channels.div_ceil(r) {
+                for bc in 0..cols.div_ceil(c) {
+                    if rng.random::<f64>() < sparsity {
+                        for i in br * r..conv.out_channels.min((br + 1) * r) {
+                            for j in bc * c..cols.min((bc + 1) * c) {
+                                weight[i * cols + j] = 0.0;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    w
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runs: usize = args.first().map_or(Ok(11), |s| s.parse())?;
+    let want = |section: &str| args.len() < 2 || args[1..].iter().any(|a| a == section);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(THREADS)
+        .build()?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    // Best of three: the machine may be shared, and a peak is a maximum.
+    let peak = (0..3).map(|_| peak_gflops(THREADS)).fold(0.0, f64::max);
+    println!(
+        "fp32 FMA peak, {THREADS} threads: {peak:.1} GFLOP/s (single thread {:.1})\n",
+        peak_gflops(1)
+    );
+
+    let resnet = (dlas_zoo::find(Dataset::Cifar10, "resnet18")?.build)();
+    let weights = generate(&resnet, 1);
+    let engines: Vec<Engine> = ALGORITHMS
+        .iter()
+        .map(|&a| Engine::compile(&resnet, &weights, &config(a, FormatChoice::Dense)))
+        .collect::<anyhow::Result<_>>()?;
+    if want("layers") {
+        println!(
+            "ResNet-18 CIFAR-10 layers, batch 1, {THREADS} threads: GFLOP/s (% of peak); gemm* = best of {} gemm schedules",
+            gemm_candidates().len()
+        );
+        println!(
+            "{:<34} {:>14} {:>14} {:>14} {:>14}",
+            "layer", "direct", "gemm", "spatial-pack", "gemm*"
+        );
+        let layers: Vec<Vec<&Conv2d>> = engines.iter().map(|e| e.layers().collect()).collect();
+        for i in 0..layers[0].len() {
+            let w = *layers[0][i].workload();
+            let x: Vec<f32> = (0..w.in_len())
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let gf = |t: f64| w.flops() as f64 / t / 1e9;
+            let cell = |t: f64| format!("{:.1} ({:.0}%)", gf(t), 100.0 * gf(t) / peak);
+            let mut row = format!("{:<34}", w.to_string());
+            for per_alg in &layers {
+                let t = median(runs, || {
+                    std::hint::black_box(per_alg[i].run(&pool, &x, 1));
+                });
+                row += &format!(" {:>14}", cell(t));
+            }
+            // Per-layer tuning among a few gemm schedules (folded weights of the dense gemm layer
+            // are not exposed, so the tuned layers use the layer's raw shape with random weights).
+            let wt: Vec<f32> = (0..w.out_channels * w.reduction())
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let best = gemm_candidates()
+                .into_iter()
+                .filter(|s| s.validate(&w).is_ok())
+                .map(|s| {
+                    let c = Conv2d::new(
+                        w,
+                        &wt,
+                        None,
+                        dlas_engine::Activation::Relu,
+                        &EngineConfig {
+                            schedule: Some(s),
+                            ..config(Algorithm::Gemm, FormatChoice::Dense)
+                        },
+                    )
+                    .unwrap();
+                    median(runs, || {
+                        std::hint::black_box(c.run(&pool, &x, 1));
+                    })
+                })
+                .fold(f64::INFINITY, f64::min);
+            row += &format!(" {:>14}", cell(best));
+            println!("{row}");
+        }
+    }
+
+    if want("networks") {
+        println!("\nWhole networks, batch 1, {THREADS} threads: ms (GFLOP/s, % of peak)");
+        println!(
+            "{:<24} {:>22} {:>22} {:>22}",
+            "network", "direct", "gemm", "spatial-pack"
+        );
+        for (dataset, name) in [
+            (Dataset::Cifar10, "resnet18"),
+            (Dataset::Imagenet, "mobilenetv2"),
+        ] {
+            let g = (dlas_zoo::find(dataset, name)?.build)();
+            let w = generate(&g, 1);
+            let x = input(&g, 1, 1);
+            let flops = 2.0 * g.macs() as f64;
+            let mut row = format!("{:<24}", format!("{name} {dataset}"));
+            for a in ALGORITHMS {
+                let e = Engine::compile(&g, &w, &config(a, FormatChoice::Dense))?;
+                let t = median(runs.min(7), || {
+                    std::hint::black_box(e.run(&x, 1).unwrap());
+                });
+                let gf = flops / t / 1e9;
+                row += &format!(
+                    " {:>22}",
+                    format!("{:.1} ({:.1}, {:.0}%)", t * 1e3, gf, 100.0 * gf / peak)
+                );
+            }
+            println!("{row}");
+        }
+    }
+
+    if want("dtypes") {
+        println!("\nResNet-18 CIFAR-10 with gemm, batch 1, {THREADS} threads, by storage type: ms");
+        let x = input(&resnet, 1, 1);
+        let quant = dlas_zoo::quant::calibrate(&resnet, &weights, &x, 1);
+        for dtype in [DType::F32, DType::F16, DType::I8] {
+            let c = EngineConfig {
+                dtype,
+                quant: Some(quant.clone()),
+                ..config(Algorithm::Gemm, FormatChoice::Dense)
+            };
+            let e = Engine::compile(&resnet, &weights, &c)?;
+            let t = median(runs.min(7), || {
+                std::hint::black_box(e.run(&x, 1).unwrap());
+            });
+            println!("{dtype:?}: {:.1} ms", t * 1e3);
+        }
+    }
+
+    if want("sparse") {
+        println!(
+            "\n90% random sparsity, ResNet-18 CIFAR-10 3x3 layers with >= 128 channels: speed-up over the same algorithm dense"
+        );
+        // (column label, pruning block, format): unstructured pruning for all
+        // formats, then block pruning matched to each BSR block shape.
+        let cases = [
+            ("csr", (1, 1), FormatChoice::Csr),
+            ("bsr1x4", (1, 1), FormatChoice::Bsr { rows: 1, cols: 4 }),
+            ("bsr4x4", (1, 1), FormatChoice::Bsr { rows: 4, cols: 4 }),
+            ("bsr1x4/b", (1, 4), FormatChoice::Bsr { rows: 1, cols: 4 }),
+            ("bsr4x4/b", (4, 4), FormatChoice::Bsr { rows: 4, cols: 4 }),
+        ];
+        println!("(x/b: weights pruned in blocks of that shape; the others unstructured)");
+        print!("{:<34} {:<13}", "layer", "algorithm");
+        for (n, _, _) in cases {
+            print!(" {n:>9}");
+        }
+        println!();
+        for a in ALGORITHMS {
+            let mut logsum = vec![0.0f64; cases.len()];
+            let mut count = 0;
+            // Per case: the dense and sparse engines on the same pruned weights.
+            let engines: Vec<(Engine, Engine)> = cases
+                .iter()
+                .map(|&(_, blocks, f)| {
+                    let pruned = prune(&resnet, &weights, 0.9, blocks);
+                    Ok((
+                        Engine::compile(&resnet, &pruned, &config(a, FormatChoice::Dense))?,
+                        Engine::compile(&resnet, &pruned, &config(a, f))?,
+                    ))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let layers: Vec<(Vec<&Conv2d>, Vec<&Conv2d>)> = engines
+                .iter()
+                .map(|(d, s)| (d.layers().collect(), s.layers().collect()))
+                .collect();
+            for i in 0..layers[0].0.len() {
+                let w = *layers[0].0[i].workload();
+                if w.kernel != 3 || w.in_channels < 128 {
+                    continue;
+                }
+                let x: Vec<f32> = (0..w.in_len())
+                    .map(|_| rng.random_range(-1.0..1.0))
+                    .collect();
+                print!("{:<34} {:<13}", w.to_string(), a.to_string());
+                for (c, (dense, sparse)) in layers.iter().enumerate() {
+                    let td = median(runs, || {
+                        std::hint::black_box(dense[i].run(&pool, &x, 1));
+                    });
+                    let ts = median(runs, || {
+                        std::hint::black_box(sparse[i].run(&pool, &x, 1));
+                    });
+                    logsum[c] += (td / ts).ln();
+                    print!(" {:>8.2}x", td / ts);
+                }
+                count += 1;
+                println!();
+            }
+            print!("{:<34} {:<13}", "geometric mean", a.to_string());
+            for l in logsum {
+                print!(" {:>8.2}x", (l / count as f64).exp());
+            }
+            println!("\n");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! What an engine is asked to be: the study's axes for the backend layer
+//! plus the thread count and an optional schedule.
+
+use crate::schedule::Schedule;
+use dlas_core::{Algorithm, Layout};
+use dlas_zoo::quant::QuantParams;
+
+/// How weights are stored. `Auto` measures each layer's weight density.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FormatChoice {
+    Auto,
+    Dense,
+    Csr,
+    /// Block-sparse rows with `rows` x `cols` blocks; rows in {1, 2, 4, 8},
+    /// cols in 1..=16.
+    Bsr {
+        rows: usize,
+        cols: usize,
+    },
+}
+
+/// Storage type of weights and activations. Arithmetic is always f32:
+/// F16 halves the bytes moved, not the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    /// Weights and activations stored as IEEE binary16.
+    F16,
+    /// int8 weights and activations with the scales of
+    /// [`EngineConfig::quant`], i32 accumulation.
+    I8,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Threads of the engine's own pool (never the global rayon pool).
+    pub threads: usize,
+    /// One algorithm for every convolution, like the study's axis.
+    pub algorithm: Algorithm,
+    pub format: FormatChoice,
+    pub layout: Layout,
+    pub dtype: DType,
+    /// A schedule for every convolution; `None` takes each layer's
+    /// untuned default. Must belong to `algorithm`.
+    pub schedule: Option<Schedule>,
+    /// Quantisation of the graph (required by, and only read for, `I8`).
+    pub quant: Option<QuantParams>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            algorithm: Algorithm::Gemm,
+            format: FormatChoice::Auto,
+            layout: Layout::Nchw,
+            dtype: DType::F32,
+            schedule: None,
+            quant: None,
+        }
+    }
+}
+
+/// A configuration the engine cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "algorithm `auto` means the runtime picks its kernels; the engine needs one of direct, gemm, spatial-pack"
+    )]
+    AutoAlgorithm,
+    #[error("layout nhwc is implemented by the gemm algorithm with dense weights only (got {0})")]
+    Nhwc(String),
+    #[error("fp16 is implemented by the gemm algorithm with dense weights only (got {0})")]
+    F16(String),
+    #[error("int8 is implemented by the gemm algorithm with dense weights in NCHW only (got {0})")]
+    I8(String),
+    #[error("int8 needs quantisation parameters (EngineConfig::quant) for every node")]
+    MissingQuant,
+    #[error("a {given} schedule cannot drive the {algorithm} algorithm")]
+    ScheduleMismatch {
+        given: &'static str,
+        algorithm: Algorithm,
+    },
+    #[error("BSR blocks must have rows in {{1, 2, 4, 8}} and cols in 1..=16 (got {rows}x{cols})")]
+    Blocks { rows: usize, cols: usize },
+    #[error("threads must be at least 1")]
+    Threads,
+}

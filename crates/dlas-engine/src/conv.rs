@@ -1,0 +1,350 @@
+//! One convolution layer: a workload, its epilogue, and the kernel of the
+//! chosen algorithm with weights packed for it at load.
+
+use crate::config::{ConfigError, DType, EngineConfig, FormatChoice};
+use crate::direct::DirectConv;
+use crate::epilogue::{Activation, Epilogue};
+use crate::gemm::GemmConv;
+use crate::int8::Int8Conv;
+use crate::schedule::{DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule};
+use crate::sparse::{block_fill, density};
+use crate::spatial_pack::SpatialPackConv;
+use crate::workload::Workload;
+use dlas_core::{Algorithm, Format, Layout};
+use dlas_zoo::quant::ActivationQuant;
+
+#[derive(Debug, Clone)]
+enum Kernel {
+    Int8(Int8Conv),
+    Direct(DirectConv),
+    Gemm(GemmConv),
+    SpatialPack(SpatialPackConv),
+}
+
+/// A packed convolution (with bias and activation) ready to run.
+#[derive(Debug, Clone)]
+pub struct Conv2d {
+    workload: Workload,
+    epi: Epilogue,
+    kernel: Kernel,
+    format: Format,
+    blocks: Option<(usize, usize)>,
+    layout: Layout,
+}
+
+/// Weight density below which `FormatChoice::Auto` goes sparse: under it a
+/// sparse kernel's extra index traffic is paid back by skipped FMAs.
+pub const SPARSE_DENSITY: f64 = 0.35;
+/// Fraction of nonzeros within stored blocks above which Auto prefers BSR.
+pub const BSR_FILL: f64 = 0.6;
+
+/// The schedule a layer runs when the configuration names none: the
+/// untuned `Default` of `algorithm`, fitted to the workload so that it is
+/// valid (tiles no larger than the output, register blocks inside a group)
+/// and, for gemm, so that the parallel loop has work for `threads` threads:
+/// it parallelises the dimension with more blocks, and shrinks that
+/// dimension's block when neither has two per thread.
+pub fn default_schedule(
+    algorithm: Algorithm,
+    w: &Workload,
+    threads: usize,
+    nhwc: bool,
+) -> Result<Schedule, ConfigError> {
+    Ok(match algorithm {
+        Algorithm::Direct => {
+            let d = DirectSchedule::default();
+            Schedule::Direct(DirectSchedule {
+                oc_block: 8.min(w.out_channels_per_group()),
+                ..d
+            })
+        }
+        Algorithm::Gemm => {
+            let d = GemmSchedule::default();
+            // Rows of C are output channels in NCHW, pixels in NHWC.
+            let (m, n) = if nhwc {
+                (w.out_pixels(), w.out_channels_per_group())
+            } else {
+                (w.out_channels_per_group(), w.out_pixels())
+            };
+            let want = 2 * threads;
+            let (mut mc, mut nc) = (d.mc, d.nc);
+            let rows_parallel = m.div_ceil(mc) >= n.div_ceil(nc);
+            if rows_parallel && m.div_ceil(mc) < want {
+                mc = m.div_ceil(want).next_multiple_of(d.mr).min(d.mc);
+            } else if !rows_parallel && n.div_ceil(nc) < want {
+                nc = n.div_ceil(want).next_multiple_of(d.nr).min(d.nc);
+            }
+            // `ParallelLoop` names the output's dimension, not the matrix's.
+            let parallel = match (rows_parallel, nhwc) {
+                (true, false) | (false, true) => ParallelLoop::OutputChannels,
+                (false, false) | (true, true) => ParallelLoop::Spatial,
+            };
+            Schedule::Gemm(GemmSchedule {
+                mc,
+                nc,
+                parallel,
+                ..d
+            })
+        }
+        Algorithm::SpatialPack => {
+            let d = SpatialPackSchedule::default();
+            Schedule::SpatialPack(SpatialPackSchedule {
+                vh: d.vh.min(w.out_h),
+                vw: d.vw.min(w.out_w),
+                ..d
+            })
+        }
+        Algorithm::Auto => return Err(ConfigError::AutoAlgorithm),
+    })
+}
+
+/// Resolves a format choice for one layer's weights to BSR block sizes
+/// (`None`: dense; CSR is 1x1 blocks).
+fn resolve_format(
+    choice: FormatChoice,
+    w: &Workload,
+    weights: &[f32],
+) -> Result<Option<(usize, usize)>, ConfigError> {
+    Ok(match choice {
+        FormatChoice::Dense => None,
+        FormatChoice::Csr => Some((1, 1)),
+        FormatChoice::Bsr { rows, cols } => {
+            if ![1, 2, 4, 8].contains(&rows) || !(1..=16).contains(&cols) {
+                return Err(ConfigError::Blocks { rows, cols });
+            }
+            Some((rows, cols))
+        }
+        FormatChoice::Auto => {
+            if density(weights) >= SPARSE_DENSITY {
+                None
+            } else {
+                let (rows, cols) = (w.out_channels, w.reduction());
+                [(4, 4), (1, 4)]
+                    .into_iter()
+                    .find(|&(r, c)| {
+                        w.out_channels_per_group().is_multiple_of(r)
+                            && block_fill(weights, rows, cols, r, c) >= BSR_FILL
+                    })
+                    .or(Some((1, 1)))
+            }
+        }
+    })
+}
+
+impl Conv2d {
+    /// Packs `weights` ((out, in / groups, k, k) row-major, BN already
+    /// folded) for the algorithm, format, layout and schedule of `config`.
+    /// Depthwise fp32 NCHW layers use the sliding-window kernel whatever
+    /// the algorithm (a GEMM of one row has nothing to block).
+    pub fn new(
+        workload: Workload,
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        act: Activation,
+        config: &EngineConfig,
+    ) -> anyhow::Result<Conv2d> {
+        let w = workload;
+        anyhow::ensure!(
+            weights.len() == w.out_channels * w.reduction(),
+            "{w}: expected {} weights, got {}",
+            w.out_channels * w.reduction(),
+            weights.len()
+        );
+        let blocks = resolve_format(config.format, &w, weights)?;
+        let schedule = match config.schedule {
+            Some(s) => s,
+            None => default_schedule(
+                config.algorithm,
+                &w,
+                config.threads,
+                config.layout == Layout::Nhwc,
+            )?,
+        };
+        let nhwc = config.layout == Layout::Nhwc;
+        if nhwc && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
+            let what = match blocks {
+                Some(_) => "sparse weights".to_string(),
+                None => config.algorithm.to_string(),
+            };
+            return Err(ConfigError::Nhwc(what).into());
+        }
+        let half = config.dtype == DType::F16;
+        if half && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
+            let what = match blocks {
+                Some(_) => "sparse weights".to_string(),
+                None => config.algorithm.to_string(),
+            };
+            return Err(ConfigError::F16(what).into());
+        }
+        schedule.validate(&w)?;
+        // A depthwise layer (one input and one output channel per group) is
+        // a stack of 2-D stencils: im2col would build a one-row GEMM per
+        // channel and spatial pack would fill one lane of each vector, so in
+        // fp32 NCHW every algorithm runs it with the sliding-window kernel,
+        // as TVM and XNNPACK do. `kernel_name` reports what ran.
+        let depthwise =
+            w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
+        let kernel = match (config.algorithm, schedule) {
+            (Algorithm::Gemm | Algorithm::SpatialPack, _) if depthwise && !half && !nhwc => {
+                Kernel::Direct(DirectConv::new(
+                    w,
+                    DirectSchedule::default(),
+                    weights,
+                    blocks,
+                ))
+            }
+            (Algorithm::Direct, Schedule::Direct(s)) => {
+                Kernel::Direct(DirectConv::new(w, s, weights, blocks))
+            }
+            (Algorithm::Gemm, Schedule::Gemm(s)) => {
+                Kernel::Gemm(GemmConv::new(w, s, weights, blocks, nhwc, half))
+            }
+            (Algorithm::SpatialPack, Schedule::SpatialPack(s)) => {
+                Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, blocks))
+            }
+            (Algorithm::Auto, _) => return Err(ConfigError::AutoAlgorithm.into()),
+            (algorithm, s) => {
+                return Err(ConfigError::ScheduleMismatch {
+                    given: s.algorithm_name(),
+                    algorithm,
+                }
+                .into());
+            }
+        };
+        Ok(Conv2d {
+            workload: w,
+            epi: Epilogue {
+                bias: bias.map_or_else(|| vec![0.0; w.out_channels], <[f32]>::to_vec),
+                act,
+            },
+            kernel,
+            format: match blocks {
+                None => Format::Dense,
+                Some((1, 1)) => Format::Csr,
+                Some(_) => Format::Bsr,
+            },
+            blocks,
+            layout: config.layout,
+        })
+    }
+
+    /// An int8 layer: `weights` quantised per output channel with `scales`,
+    /// reading activations quantised by `input` and writing them by `output`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_int8(
+        workload: Workload,
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        act: Activation,
+        scales: &[f32],
+        input: ActivationQuant,
+        output: ActivationQuant,
+        config: &EngineConfig,
+    ) -> anyhow::Result<Conv2d> {
+        let w = workload;
+        anyhow::ensure!(
+            weights.len() == w.out_channels * w.reduction() && scales.len() == w.out_channels,
+            "{w}: weights or scales of the wrong length"
+        );
+        let blocks = resolve_format(config.format, &w, weights)?;
+        if config.algorithm != Algorithm::Gemm || blocks.is_some() || config.layout != Layout::Nchw
+        {
+            let what = format!(
+                "{} {} {}",
+                config.algorithm,
+                if blocks.is_some() { "sparse" } else { "dense" },
+                config.layout
+            );
+            return Err(ConfigError::I8(what).into());
+        }
+        Ok(Conv2d {
+            workload: w,
+            epi: Epilogue {
+                bias: bias.map_or_else(|| vec![0.0; w.out_channels], <[f32]>::to_vec),
+                act,
+            },
+            kernel: Kernel::Int8(Int8Conv::new(w, weights, scales, input, output)),
+            format: Format::Dense,
+            blocks: None,
+            layout: Layout::Nchw,
+        })
+    }
+
+    /// The kernel that runs this layer: the algorithm's, or `direct` for a
+    /// depthwise layer (see [`Conv2d::new`]).
+    pub fn kernel_name(&self) -> &'static str {
+        match self.kernel {
+            Kernel::Int8(_) => "gemm-int8",
+            Kernel::Direct(_) => "direct",
+            Kernel::Gemm(_) => "gemm",
+            Kernel::SpatialPack(_) => "spatial-pack",
+        }
+    }
+
+    /// Whether the layer computes in int8.
+    pub fn is_int8(&self) -> bool {
+        matches!(self.kernel, Kernel::Int8(_))
+    }
+
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    /// The storage format chosen for the weights.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// BSR block shape of sparse weights (1x1 for CSR).
+    pub fn blocks(&self) -> Option<(usize, usize)> {
+        self.blocks
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// One sample, inside the caller's thread pool.
+    pub(crate) fn run_sample(&self, input: &[f32], out: &mut [f32], residual: Option<&[f32]>) {
+        match &self.kernel {
+            Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
+            Kernel::Gemm(k) => k.run(input, out, &self.epi, residual),
+            Kernel::SpatialPack(k) => k.run(input, out, &self.epi, residual),
+            Kernel::Int8(_) => panic!("an int8 layer takes int8 activations: use Conv2d::run_i8"),
+        }
+    }
+
+    /// One int8 sample; `residual` is real-valued.
+    pub(crate) fn run_sample_i8(&self, input: &[i8], out: &mut [i8], residual: Option<&[f32]>) {
+        match &self.kernel {
+            Kernel::Int8(k) => k.run(input, out, &self.epi, residual),
+            _ => panic!("only int8 layers take int8 activations: use Conv2d::run"),
+        }
+    }
+
+    /// Runs an int8 layer on a quantised batch.
+    pub fn run_i8(&self, pool: &rayon::ThreadPool, input: &[i8], batch: usize) -> Vec<i8> {
+        let (il, ol) = (self.workload.in_len(), self.workload.out_len());
+        assert_eq!(input.len(), batch * il, "input length");
+        let mut out = vec![0; batch * ol];
+        pool.install(|| {
+            for (x, y) in input.chunks(il).zip(out.chunks_mut(ol)) {
+                self.run_sample_i8(x, y, None);
+            }
+        });
+        out
+    }
+
+    /// Runs a batch (in the layer's layout) on `pool`; not for int8 layers.
+    pub fn run(&self, pool: &rayon::ThreadPool, input: &[f32], batch: usize) -> Vec<f32> {
+        let (il, ol) = (self.workload.in_len(), self.workload.out_len());
+        assert_eq!(input.len(), batch * il, "input length");
+        let mut out = vec![0.0; batch * ol];
+        pool.install(|| {
+            for (x, y) in input.chunks(il).zip(out.chunks_mut(ol)) {
+                self.run_sample(x, y, None);
+            }
+        });
+        out
+    }
+}

@@ -1,0 +1,46 @@
+//! dlas-engine: the study's own CNN inference engine.
+//!
+//! It exists so the backend axes of the study (algorithm, weight format,
+//! layout, schedule) are real code paths whose cost can be measured, not
+//! labels on someone else's runtime. Each convolution algorithm lives in its
+//! own module (`direct`, `gemm`, `spatial_pack`, and `int8` for quantised
+//! GEMM) beside the f64 reference in `dlas_zoo::reference` that tests hold
+//! them to; the knobs of each are values ([`Schedule`]) so a tuner can
+//! search them. Weight formats (dense, CSR, BSR) are one block-sparse
+//! structure (`sparse`), CSR being its 1x1 case.
+//!
+//! ```no_run
+//! use dlas_engine::{Engine, EngineConfig};
+//! let graph = (dlas_zoo::find(dlas_core::Dataset::Cifar10, "resnet18").unwrap().build)();
+//! let weights = dlas_zoo::weights::generate(&graph, 1);
+//! let engine = Engine::compile(&graph, &weights, &EngineConfig::default()).unwrap();
+//! let logits = engine.run(&dlas_zoo::weights::input(&graph, 1, 1), 1).unwrap();
+//! assert_eq!(logits.len(), 10);
+//! ```
+//!
+//! Invariants: weights are packed once, at [`Engine::compile`]; a run
+//! allocates activations but never repacks weights; every parallel loop runs
+//! on the engine's own thread pool, never rayon's global one.
+
+pub mod config;
+pub mod conv;
+mod direct;
+pub mod engine;
+pub mod epilogue;
+mod gemm;
+mod int8;
+mod ops;
+pub mod schedule;
+mod sparse;
+mod spatial_pack;
+mod weights;
+pub mod workload;
+
+pub use config::{ConfigError, DType, EngineConfig, FormatChoice};
+pub use conv::Conv2d;
+pub use engine::Engine;
+pub use epilogue::Activation;
+pub use schedule::{
+    DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
+};
+pub use workload::Workload;

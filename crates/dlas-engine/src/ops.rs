@@ -1,0 +1,188 @@
+//! The non-convolution operators, on whole batches in either layout.
+//! They are memory-bound, so they are written for clarity with coarse
+//! parallel chunks; their per-channel ones index through [`at`].
+
+use crate::epilogue::Activation;
+use dlas_core::Layout;
+use dlas_zoo::{Pool, Shape};
+use rayon::prelude::*;
+
+const CHUNK: usize = 1 << 14;
+
+/// Offset of (channel, y, x) inside one sample of shape `[c, h, w]`.
+#[inline(always)]
+pub(crate) fn at(layout: Layout, [c, h, w]: Shape, ch: usize, y: usize, x: usize) -> usize {
+    match layout {
+        Layout::Nchw => (ch * h + y) * w + x,
+        Layout::Nhwc => (y * w + x) * c + ch,
+    }
+}
+
+/// Channel of the element at offset `i` of a sample.
+#[inline(always)]
+fn channel_of(layout: Layout, [c, h, w]: Shape, i: usize) -> usize {
+    match layout {
+        Layout::Nchw => i / (h * w) % c,
+        Layout::Nhwc => i % c,
+    }
+}
+
+pub(crate) fn unary(x: &mut [f32], act: Activation) {
+    x.par_chunks_mut(CHUNK)
+        .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
+}
+
+/// `act(x * scale[c] + shift[c])`: a batch norm that follows no convolution.
+pub(crate) fn affine(
+    x: &mut [f32],
+    scale: &[f32],
+    shift: &[f32],
+    act: Activation,
+    shape: Shape,
+    layout: Layout,
+) {
+    let len: usize = shape.iter().product();
+    x.par_chunks_mut(len).for_each(|s| {
+        for (i, v) in s.iter_mut().enumerate() {
+            let c = channel_of(layout, shape, i);
+            *v = act.apply(v.mul_add(scale[c], shift[c]));
+        }
+    });
+}
+
+pub(crate) fn add(a: &[f32], b: &[f32], act: Activation) -> Vec<f32> {
+    let mut out = a.to_vec();
+    out.par_chunks_mut(CHUNK)
+        .zip(b.par_chunks(CHUNK))
+        .for_each(|(o, b)| {
+            o.iter_mut()
+                .zip(b)
+                .for_each(|(o, b)| *o = act.apply(*o + b))
+        });
+    out
+}
+
+/// `a * b`, where `b` has `a`'s shape or is one value per channel.
+pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout) -> Vec<f32> {
+    let len: usize = shape.iter().product();
+    let mut out = a.to_vec();
+    if a.len() == b.len() {
+        out.iter_mut().zip(b).for_each(|(o, b)| *o *= b);
+    } else {
+        out.par_chunks_mut(len)
+            .zip(b.par_chunks(shape[0]))
+            .for_each(|(s, b)| {
+                for (i, v) in s.iter_mut().enumerate() {
+                    *v *= b[channel_of(layout, shape, i)];
+                }
+            });
+    }
+    out
+}
+
+/// Max or average pooling; averages divide by the whole window.
+pub(crate) fn pool(x: &[f32], shape: Shape, p: &Pool, max: bool, layout: Layout) -> Vec<f32> {
+    let [c, h, w] = shape;
+    let oh = (h + 2 * p.padding - p.kernel) / p.stride + 1;
+    let ow = (w + 2 * p.padding - p.kernel) / p.stride + 1;
+    let out_shape = [c, oh, ow];
+    let (il, ol) = (c * h * w, c * oh * ow);
+    let mut out = vec![0.0; x.len() / il * ol];
+    out.par_chunks_mut(ol)
+        .zip(x.par_chunks(il))
+        .for_each(|(o, s)| {
+            for ch in 0..c {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let (mut best, mut sum) = (f32::NEG_INFINITY, 0.0);
+                        for ky in 0..p.kernel {
+                            for kx in 0..p.kernel {
+                                let (iy, ix) = (oy * p.stride + ky, ox * p.stride + kx);
+                                if iy < p.padding
+                                    || ix < p.padding
+                                    || iy - p.padding >= h
+                                    || ix - p.padding >= w
+                                {
+                                    continue;
+                                }
+                                let v = s[at(layout, shape, ch, iy - p.padding, ix - p.padding)];
+                                best = best.max(v);
+                                sum += v;
+                            }
+                        }
+                        o[at(layout, out_shape, ch, oy, ox)] = if max {
+                            best
+                        } else {
+                            sum / (p.kernel * p.kernel) as f32
+                        };
+                    }
+                }
+            }
+        });
+    out
+}
+
+/// Mean over each channel's plane; the result is [c, 1, 1] in both layouts.
+pub(crate) fn global_avg_pool(x: &[f32], shape: Shape, layout: Layout) -> Vec<f32> {
+    let [c, h, w] = shape;
+    let mut out = vec![0.0; x.len() / (h * w)];
+    out.par_chunks_mut(c)
+        .zip(x.par_chunks(c * h * w))
+        .for_each(|(o, s)| {
+            for (i, v) in s.iter().enumerate() {
+                o[channel_of(layout, shape, i)] += v;
+            }
+            o.iter_mut().for_each(|v| *v /= (h * w) as f32);
+        });
+    out
+}
+
+/// Concatenation along channels of tensors of one spatial size.
+pub(crate) fn concat(
+    parts: &[(&[f32], usize)],
+    batch: usize,
+    [h, w]: [usize; 2],
+    layout: Layout,
+) -> Vec<f32> {
+    let c: usize = parts.iter().map(|p| p.1).sum();
+    let mut out = Vec::with_capacity(batch * c * h * w);
+    for n in 0..batch {
+        match layout {
+            Layout::Nchw => {
+                for (x, pc) in parts {
+                    out.extend_from_slice(&x[n * pc * h * w..(n + 1) * pc * h * w]);
+                }
+            }
+            Layout::Nhwc => {
+                for px in 0..h * w {
+                    for (x, pc) in parts {
+                        out.extend_from_slice(&x[(n * h * w + px) * pc..][..*pc]);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Reorders a batch between layouts.
+pub(crate) fn relayout(x: &[f32], shape: Shape, from: Layout, to: Layout) -> Vec<f32> {
+    if from == to || shape[1] * shape[2] == 1 {
+        return x.to_vec();
+    }
+    let [c, h, w] = shape;
+    let len = c * h * w;
+    let mut out = vec![0.0; x.len()];
+    out.par_chunks_mut(len)
+        .zip(x.par_chunks(len))
+        .for_each(|(o, s)| {
+            for ch in 0..c {
+                for y in 0..h {
+                    for xx in 0..w {
+                        o[at(to, shape, ch, y, xx)] = s[at(from, shape, ch, y, xx)];
+                    }
+                }
+            }
+        });
+    out
+}

@@ -1,0 +1,251 @@
+//! Schedules: every knob of every convolution algorithm as a value.
+//!
+//! A schedule changes how a convolution is computed (tiling, vector width,
+//! which loop runs in parallel), never what it computes: every valid
+//! schedule gives the same result up to float reassociation. `Default` is
+//! the untuned point; a tuner searches the rest and relies on
+//! [`Schedule::validate`] to reject candidates before running them.
+
+use crate::workload::Workload;
+
+/// Which loop of a kernel is split across the thread pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParallelLoop {
+    /// Output channels (rows of the weight matrix).
+    OutputChannels,
+    /// Output pixels (columns of the im2col matrix, spatial tiles).
+    Spatial,
+}
+
+/// Sliding-window convolution: each task owns `oc_block` output channels
+/// over `row_block` output rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DirectSchedule {
+    pub oc_block: usize,
+    pub row_block: usize,
+}
+
+impl Default for DirectSchedule {
+    fn default() -> Self {
+        DirectSchedule {
+            oc_block: 1,
+            row_block: usize::MAX,
+        }
+    }
+}
+
+/// im2col + blocked GEMM. The microkernel computes an `mr` x `nr` tile of C
+/// in registers; `kc`, `mc`, `nc` block K, M and N for the caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GemmSchedule {
+    pub mr: usize,
+    /// A multiple of the vector width (8 f32 lanes on AVX2).
+    pub nr: usize,
+    pub kc: usize,
+    pub mc: usize,
+    pub nc: usize,
+    pub parallel: ParallelLoop,
+}
+
+impl Default for GemmSchedule {
+    fn default() -> Self {
+        GemmSchedule {
+            mr: 6,
+            nr: 16,
+            kc: 256,
+            mc: 72,
+            nc: 256,
+            parallel: ParallelLoop::OutputChannels,
+        }
+    }
+}
+
+/// Spatial pack: an output tile of `vh` x `vw` pixels times `vc` output
+/// channels (the vector) is accumulated at once from a padded input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SpatialPackSchedule {
+    pub vc: usize,
+    pub vh: usize,
+    pub vw: usize,
+    pub parallel: ParallelLoop,
+}
+
+impl Default for SpatialPackSchedule {
+    fn default() -> Self {
+        SpatialPackSchedule {
+            vc: 8,
+            vh: 2,
+            vw: 4,
+            parallel: ParallelLoop::OutputChannels,
+        }
+    }
+}
+
+/// The schedule of one algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Schedule {
+    Direct(DirectSchedule),
+    Gemm(GemmSchedule),
+    SpatialPack(SpatialPackSchedule),
+}
+
+/// Why a schedule cannot run a workload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid schedule {schedule:?} for {workload}: {reason}")]
+pub struct InvalidSchedule {
+    pub schedule: Schedule,
+    pub workload: String,
+    pub reason: String,
+}
+
+/// Register tiles the GEMM microkernel is compiled for (rows, columns).
+pub const GEMM_TILES: &[(usize, usize)] = &[(6, 16), (4, 24), (8, 8), (4, 16), (4, 8)];
+/// Output-channel vector widths spatial pack is compiled for.
+pub const SPATIAL_PACK_VC: &[usize] = &[4, 8, 16];
+/// Floats per AVX2 register.
+const LANES: usize = 8;
+/// Vector registers on x86-64 with AVX2.
+const REGISTERS: usize = 16;
+/// Bytes of L1 data and L2 cache a block may occupy (half of 32 KiB, 512 KiB).
+const L1_BUDGET: usize = 16 * 1024;
+const L2_BUDGET: usize = 256 * 1024;
+
+impl Schedule {
+    /// The untuned schedule of the algorithm `self` belongs to.
+    pub fn algorithm_name(&self) -> &'static str {
+        match self {
+            Schedule::Direct(_) => "direct",
+            Schedule::Gemm(_) => "gemm",
+            Schedule::SpatialPack(_) => "spatial-pack",
+        }
+    }
+
+    /// Accepts the schedule for `w` or says why not.
+    pub fn validate(&self, w: &Workload) -> Result<(), InvalidSchedule> {
+        let reject = |reason: String| {
+            Err(InvalidSchedule {
+                schedule: *self,
+                workload: w.to_string(),
+                reason,
+            })
+        };
+        match *self {
+            Schedule::Direct(s) => {
+                if s.oc_block == 0 || s.row_block == 0 {
+                    return reject("blocks must be positive".into());
+                }
+                if s.oc_block > w.out_channels_per_group() {
+                    return reject(format!(
+                        "oc_block {} exceeds the {} output channels of a group",
+                        s.oc_block,
+                        w.out_channels_per_group()
+                    ));
+                }
+            }
+            Schedule::Gemm(s) => {
+                if !GEMM_TILES.contains(&(s.mr, s.nr)) {
+                    return reject(format!(
+                        "no microkernel for a {}x{} tile (have {GEMM_TILES:?})",
+                        s.mr, s.nr
+                    ));
+                }
+                let registers = s.mr * s.nr / LANES + s.nr / LANES + 1;
+                if registers > REGISTERS {
+                    return reject(format!("the tile needs {registers} vector registers"));
+                }
+                if s.kc == 0 || s.mc == 0 || s.nc == 0 {
+                    return reject("blocks must be positive".into());
+                }
+                if !s.mc.is_multiple_of(s.mr) || !s.nc.is_multiple_of(s.nr) {
+                    return reject(format!(
+                        "mc {} and nc {} must be multiples of mr {} and nr {}",
+                        s.mc, s.nc, s.mr, s.nr
+                    ));
+                }
+                if s.kc * s.nr * 4 > L1_BUDGET {
+                    return reject(format!(
+                        "a kc x nr panel of B ({} bytes) exceeds the L1 budget",
+                        s.kc * s.nr * 4
+                    ));
+                }
+                if s.kc * s.mc * 4 > L2_BUDGET {
+                    return reject(format!(
+                        "an mc x kc block of A ({} bytes) exceeds the L2 budget",
+                        s.kc * s.mc * 4
+                    ));
+                }
+            }
+            Schedule::SpatialPack(s) => {
+                if !SPATIAL_PACK_VC.contains(&s.vc) {
+                    return reject(format!("vc must be one of {SPATIAL_PACK_VC:?}"));
+                }
+                if s.vh == 0 || s.vw == 0 {
+                    return reject("tiles must be positive".into());
+                }
+                let accumulators = s.vh * s.vw * s.vc.div_ceil(LANES);
+                if accumulators > REGISTERS - 2 {
+                    return reject(format!(
+                        "a {}x{}x{} tile needs {accumulators} accumulator registers",
+                        s.vh, s.vw, s.vc
+                    ));
+                }
+                if s.vh > w.out_h || s.vw > w.out_w {
+                    return reject(format!(
+                        "tile {}x{} exceeds the {}x{} output",
+                        s.vh, s.vw, w.out_h, w.out_w
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload() -> Workload {
+        Workload::new(64, 64, 3, 1, 1, 1, 16, 16)
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let w = workload();
+        for s in [
+            Schedule::Direct(DirectSchedule::default()),
+            Schedule::Gemm(GemmSchedule::default()),
+            Schedule::SpatialPack(SpatialPackSchedule::default()),
+        ] {
+            s.validate(&w).unwrap();
+        }
+    }
+
+    #[test]
+    fn rejects_with_a_reason() {
+        let w = workload();
+        let bad = Schedule::Gemm(GemmSchedule {
+            mr: 8,
+            nr: 24,
+            ..GemmSchedule::default()
+        });
+        assert!(bad.validate(&w).unwrap_err().reason.contains("microkernel"));
+        let bad = Schedule::Gemm(GemmSchedule {
+            mc: 70,
+            ..GemmSchedule::default()
+        });
+        assert!(bad.validate(&w).unwrap_err().reason.contains("multiples"));
+        let bad = Schedule::SpatialPack(SpatialPackSchedule {
+            vh: 4,
+            vw: 4,
+            vc: 16,
+            ..SpatialPackSchedule::default()
+        });
+        assert!(bad.validate(&w).unwrap_err().reason.contains("registers"));
+        let bad = Schedule::Direct(DirectSchedule {
+            oc_block: 65,
+            ..DirectSchedule::default()
+        });
+        assert!(bad.validate(&w).is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! Block-sparse weight matrices. CSR is the 1x1 case of BSR, so one
+//! structure and one set of kernels serve both formats.
+
+/// A `rows` x `cols` matrix stored as dense `r` x `c` blocks, block rows in
+/// CSR order. Rows and columns are padded with zeros to whole blocks.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BlockSparse {
+    pub rows: usize,
+    pub cols: usize,
+    pub r: usize,
+    pub c: usize,
+    /// Start of each block row in `block_cols` (length rows/r + 1).
+    pub row_ptr: Vec<usize>,
+    /// First column of each stored block.
+    pub block_cols: Vec<usize>,
+    /// `r * c` values per block, row-major.
+    pub values: Vec<f32>,
+}
+
+impl BlockSparse {
+    /// Keeps every block of the row-major `rows` x `cols` matrix `dense`
+    /// that holds a nonzero.
+    pub fn from_dense(dense: &[f32], rows: usize, cols: usize, r: usize, c: usize) -> BlockSparse {
+        let mut row_ptr = vec![0];
+        let mut block_cols = Vec::new();
+        let mut values = Vec::new();
+        let at = |i: usize, j: usize| {
+            if i < rows && j < cols {
+                dense[i * cols + j]
+            } else {
+                0.0
+            }
+        };
+        for br in 0..rows.div_ceil(r) {
+            for bc in 0..cols.div_ceil(c) {
+                let block: Vec<f32> = (0..r * c)
+                    .map(|e| at(br * r + e / c, bc * c + e % c))
+                    .collect();
+                if block.iter().any(|&v| v != 0.0) {
+                    block_cols.push(bc * c);
+                    values.extend(block);
+                }
+            }
+            row_ptr.push(block_cols.len());
+        }
+        BlockSparse {
+            rows,
+            cols,
+            r,
+            c,
+            row_ptr,
+            block_cols,
+            values,
+        }
+    }
+
+    pub fn block_rows(&self) -> usize {
+        self.row_ptr.len() - 1
+    }
+
+    /// Calls `f(column, value)` for every stored value of row `i`,
+    /// including explicit zeros inside blocks but no padding column.
+    pub fn for_each_in_row(&self, i: usize, mut f: impl FnMut(usize, f32)) {
+        let (br, rr) = (i / self.r, i % self.r);
+        for b in self.row_ptr[br]..self.row_ptr[br + 1] {
+            let k0 = self.block_cols[b];
+            let vals = &self.values[(b * self.r + rr) * self.c..][..self.c];
+            for (cc, &v) in vals.iter().enumerate().take(self.cols - k0) {
+                f(k0 + cc, v);
+            }
+        }
+    }
+}
+
+/// Fraction of nonzero values.
+pub(crate) fn density(w: &[f32]) -> f64 {
+    w.iter().filter(|&&v| v != 0.0).count() as f64 / w.len().max(1) as f64
+}
+
+/// Fraction of stored values that are nonzero when `w` is blocked `r` x `c`.
+pub(crate) fn block_fill(w: &[f32], rows: usize, cols: usize, r: usize, c: usize) -> f64 {
+    let m = BlockSparse::from_dense(w, rows, cols, r, c);
+    let nnz = w.iter().filter(|&&v| v != 0.0).count();
+    nnz as f64 / m.values.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_through_blocks() {
+        let dense = [
+            1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 4.0, 5.0,
+        ];
+        for (r, c) in [(1, 1), (1, 4), (2, 2), (4, 4)] {
+            let m = BlockSparse::from_dense(&dense, 3, 5, r, c);
+            for i in 0..3 {
+                let mut row = vec![0.0; 5];
+                m.for_each_in_row(i, |j, v| row[j] += v);
+                assert_eq!(row, dense[i * 5..(i + 1) * 5], "{r}x{c} row {i}");
+            }
+        }
+    }
+}

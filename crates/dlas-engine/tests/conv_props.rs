@@ -1,0 +1,386 @@
+//! Every algorithm x format (x layout for gemm) against the f64 reference
+//! convolution on random shapes: depthwise, grouped, strides, padding,
+//! kernel sizes 1/3/5/7, odd spatial sizes, random sparsity.
+
+use dlas_core::{Algorithm, Layout};
+use dlas_engine::{
+    Activation, Conv2d, DType, DirectSchedule, EngineConfig, FormatChoice, GemmSchedule,
+    ParallelLoop, Schedule, SpatialPackSchedule, Workload,
+};
+use dlas_zoo::reference::conv2d_f64;
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::OnceLock;
+
+/// fp32 against f64: a dot product of n terms in f32 has relative error of
+/// order sqrt(n) * 2^-24 (~6e-8 per term); 1e-5 leaves room for n in the
+/// thousands with any summation order.
+const F32_TOLERANCE: f64 = 1e-5;
+
+/// fp16 stores weights and activations with unit roundoff u = 2^-11
+/// (~4.9e-4); each product w * x then carries a relative error of at most
+/// 2u + u^2 and f32 accumulation adds nothing visible. Cancellation can make
+/// the error large relative to the output itself, so the error is measured
+/// against the same convolution of |w| and |x| (plus |bias|), which bounds
+/// it by 2u ~ 9.8e-4; 2e-3 is that bound with a factor-2 margin.
+const F16_TOLERANCE: f64 = 2e-3;
+
+fn pool() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap()
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    w: Workload,
+    batch: usize,
+    sparsity: f64,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        prop_oneof![Just(1usize), Just(3), Just(5), Just(7)],
+        1usize..=2,
+        0usize..3,
+        1usize..=6,
+        1usize..=9,
+        1usize..=3,
+        (0usize..=4, 0usize..=4, 1usize..=2),
+        (0.0f64..0.95, any::<u64>()),
+    )
+        .prop_map(
+            |(k, stride, kind, icg, ocg, groups, (dh, dw, batch), (sparsity, seed))| {
+                // kind 0: plain, 1: grouped, 2: depthwise.
+                let (cin, cout, g) = match kind {
+                    0 => (icg, ocg, 1),
+                    1 => (icg * groups, ocg * groups, groups),
+                    _ => (icg + ocg, icg + ocg, icg + ocg),
+                };
+                let padding = (k / 2).min(dh % 4);
+                let (h, w) = (k + dh * 2 + 1 - 2 * padding.min(k / 2), k + dw + 1);
+                Case {
+                    w: Workload::new(cin, cout, k, stride, padding, g, h, w),
+                    batch,
+                    sparsity,
+                    seed,
+                }
+            },
+        )
+}
+
+struct Data {
+    input: Vec<f32>,
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+fn data(c: &Case, sparse: bool) -> Data {
+    let mut rng = ChaCha8Rng::seed_from_u64(c.seed);
+    let w = &c.w;
+    let mut draw = |n: usize, zeros: f64| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let v: f32 = rng.random_range(-1.0..1.0);
+                if rng.random::<f64>() < zeros { 0.0 } else { v }
+            })
+            .collect()
+    };
+    Data {
+        input: draw(c.batch * w.in_len(), 0.0),
+        weight: draw(
+            w.out_channels * w.reduction(),
+            if sparse { c.sparsity } else { 0.0 },
+        ),
+        bias: draw(w.out_channels, 0.0),
+    }
+}
+
+fn to_nhwc(x: &[f32], [c, h, w]: [usize; 3]) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for (n, s) in x.chunks(c * h * w).enumerate() {
+        for ch in 0..c {
+            for p in 0..h * w {
+                out[n * c * h * w + p * c + ch] = s[ch * h * w + p];
+            }
+        }
+    }
+    out
+}
+
+fn from_nhwc(x: &[f32], [c, h, w]: [usize; 3]) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for (n, s) in x.chunks(c * h * w).enumerate() {
+        for ch in 0..c {
+            for p in 0..h * w {
+                out[n * c * h * w + ch * h * w + p] = s[p * c + ch];
+            }
+        }
+    }
+    out
+}
+
+fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let err: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (g as f64 - w).powi(2))
+        .sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (err / norm.max(1e-30)).sqrt()
+}
+
+/// Runs `config` on `case` and returns the relative L2 error.
+fn error(case: &Case, config: &EngineConfig) -> f64 {
+    let sparse = !matches!(config.format, FormatChoice::Dense);
+    let d = data(case, sparse);
+    let w = &case.w;
+    let conv = Conv2d::new(*w, &d.weight, Some(&d.bias), Activation::Identity, config).unwrap();
+    let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
+    let conv_ir = dlas_zoo::Conv {
+        in_channels: w.in_channels,
+        out_channels: w.out_channels,
+        kernel: w.kernel,
+        stride: w.stride,
+        padding: w.padding,
+        groups: w.groups,
+        bias: true,
+    };
+    let want = conv2d_f64(
+        &x64,
+        case.batch,
+        [w.in_channels, w.in_h, w.in_w],
+        &conv_ir,
+        &d.weight,
+        Some(&d.bias),
+    );
+    let got = if config.layout == Layout::Nhwc {
+        let x = to_nhwc(&d.input, [w.in_channels, w.in_h, w.in_w]);
+        from_nhwc(
+            &conv.run(pool(), &x, case.batch),
+            [w.out_channels, w.out_h, w.out_w],
+        )
+    } else {
+        conv.run(pool(), &d.input, case.batch)
+    };
+    rel_l2(&got, &want)
+}
+
+/// Relative error of the fp16 gemm against the reference, normalised by the
+/// reference convolution of absolute values (see F16_TOLERANCE).
+fn f16_error(case: &Case) -> f64 {
+    let d = data(case, false);
+    let w = &case.w;
+    let cfg = EngineConfig {
+        dtype: DType::F16,
+        ..config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nchw)
+    };
+    let conv = Conv2d::new(*w, &d.weight, Some(&d.bias), Activation::Identity, &cfg).unwrap();
+    // The engine stores activations in f16, so the layer sees rounded inputs.
+    let x16: Vec<f32> = d
+        .input
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_f32())
+        .collect();
+    let got = conv.run(pool(), &x16, case.batch);
+    let conv_ir = dlas_zoo::Conv {
+        in_channels: w.in_channels,
+        out_channels: w.out_channels,
+        kernel: w.kernel,
+        stride: w.stride,
+        padding: w.padding,
+        groups: w.groups,
+        bias: true,
+    };
+    let shape = [w.in_channels, w.in_h, w.in_w];
+    let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
+    let want = conv2d_f64(&x64, case.batch, shape, &conv_ir, &d.weight, Some(&d.bias));
+    let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
+    let xa: Vec<f64> = x64.iter().map(|v| v.abs()).collect();
+    let scale = conv2d_f64(
+        &xa,
+        case.batch,
+        shape,
+        &conv_ir,
+        &abs(&d.weight),
+        Some(&abs(&d.bias)),
+    );
+    let err: f64 = got
+        .iter()
+        .zip(&want)
+        .map(|(&g, &w)| (g as f64 - w).powi(2))
+        .sum();
+    let norm: f64 = scale.iter().map(|v| v * v).sum();
+    (err / norm).sqrt()
+}
+
+/// Checks the int8 gemm element by element against a rigorous bound.
+/// Activations are quantised with step sx (input) and so (output) and
+/// weights with step sw[oc]; rounding moves a value by at most half a step,
+/// and the zero point's own rounding can shift the representable range by
+/// another half step, so each stored value is within one step of the real
+/// one. The i32 accumulation is exact, hence for every output
+///   |y_int8 - y| <= sx * sum|w| + sw[oc] * sum(|x| + sx) + so
+/// over the taps that fall inside the input. Returns the worst ratio of
+/// error to bound (must be < 1).
+fn int8_worst_ratio(case: &Case) -> f64 {
+    use dlas_zoo::quant::{ActivationQuant, channel_scales};
+    let d = data(case, false);
+    let w = &case.w;
+    let conv_ir = dlas_zoo::Conv {
+        in_channels: w.in_channels,
+        out_channels: w.out_channels,
+        kernel: w.kernel,
+        stride: w.stride,
+        padding: w.padding,
+        groups: w.groups,
+        bias: true,
+    };
+    let shape = [w.in_channels, w.in_h, w.in_w];
+    let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
+    let want = conv2d_f64(&x64, case.batch, shape, &conv_ir, &d.weight, Some(&d.bias));
+    let range = |v: &[f64]| {
+        v.iter()
+            .fold((0.0f64, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+    };
+    let (xl, xh) = range(&x64);
+    let (yl, yh) = range(&want);
+    let qi = ActivationQuant::from_range(xl as f32, xh as f32);
+    let qo = ActivationQuant::from_range(yl as f32, yh as f32);
+    let scales = channel_scales(&d.weight, w.out_channels);
+    let cfg = config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nchw);
+    let conv = Conv2d::new_int8(
+        *w,
+        &d.weight,
+        Some(&d.bias),
+        Activation::Identity,
+        &scales,
+        qi,
+        qo,
+        &cfg,
+    )
+    .unwrap();
+    let xq: Vec<i8> = d.input.iter().map(|&v| qi.quantize(v)).collect();
+    let got: Vec<f32> = conv
+        .run_i8(pool(), &xq, case.batch)
+        .iter()
+        .map(|&q| qo.dequantize(q))
+        .collect();
+    let sx = qi.scale as f64;
+    let abs_w: Vec<f32> = d.weight.iter().map(|v| v.abs()).collect();
+    let ones = vec![1.0; x64.len()];
+    let sum_w = conv2d_f64(&ones, case.batch, shape, &conv_ir, &abs_w, None);
+    let per_oc: Vec<f32> = (0..w.out_channels * w.reduction())
+        .map(|i| scales[i / w.reduction()])
+        .collect();
+    let xs: Vec<f64> = x64.iter().map(|v| v.abs() + sx).collect();
+    let sum_x = conv2d_f64(&xs, case.batch, shape, &conv_ir, &per_oc, None);
+    got.iter()
+        .zip(&want)
+        .zip(sum_w.iter().zip(&sum_x))
+        .map(|((&g, &y), (&a, &b))| {
+            let bound = sx * a + b + qo.scale as f64;
+            (g as f64 - y).abs() / (bound * (1.0 + 1e-5))
+        })
+        .fold(0.0, f64::max)
+}
+
+fn config(algorithm: Algorithm, format: FormatChoice, layout: Layout) -> EngineConfig {
+    EngineConfig {
+        threads: 2,
+        algorithm,
+        format,
+        layout,
+        ..EngineConfig::default()
+    }
+}
+
+const FORMATS: [FormatChoice; 5] = [
+    FormatChoice::Dense,
+    FormatChoice::Csr,
+    FormatChoice::Bsr { rows: 1, cols: 4 },
+    FormatChoice::Bsr { rows: 4, cols: 4 },
+    FormatChoice::Bsr { rows: 8, cols: 2 },
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn direct_matches_reference(c in case()) {
+        for f in FORMATS {
+            let e = error(&c, &config(Algorithm::Direct, f, Layout::Nchw));
+            prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
+        }
+    }
+
+    #[test]
+    fn gemm_matches_reference(c in case()) {
+        for f in FORMATS {
+            let e = error(&c, &config(Algorithm::Gemm, f, Layout::Nchw));
+            prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
+        }
+        let e = error(&c, &config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nhwc));
+        prop_assert!(e < F32_TOLERANCE, "nhwc {} error {e}", c.w);
+    }
+
+    #[test]
+    fn spatial_pack_matches_reference(c in case()) {
+        for f in FORMATS {
+            let e = error(&c, &config(Algorithm::SpatialPack, f, Layout::Nchw));
+            prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
+        }
+    }
+
+    #[test]
+    fn gemm_f16_matches_reference(c in case()) {
+        let e = f16_error(&c);
+        prop_assert!(e < F16_TOLERANCE, "{} error {e}", c.w);
+    }
+
+    #[test]
+    fn gemm_int8_within_quantisation_bound(c in case()) {
+        let r = int8_worst_ratio(&c);
+        prop_assert!(r < 1.0, "{} error / bound {r}", c.w);
+    }
+
+    /// Every schedule that validates computes the same convolution.
+    #[test]
+    fn every_valid_schedule_is_correct(
+        c in case(),
+        knobs in (0usize..5, 1usize..5, 1usize..6, 0usize..3, 1usize..4, any::<bool>()),
+        sparse in any::<bool>(),
+    ) {
+        let (tile, a, b, vc, kc, par) = knobs;
+        let parallel = if par { ParallelLoop::OutputChannels } else { ParallelLoop::Spatial };
+        let (mr, nr) = dlas_engine::schedule::GEMM_TILES[tile];
+        let schedules = [
+            Schedule::Direct(DirectSchedule { oc_block: a, row_block: b }),
+            Schedule::Gemm(GemmSchedule { mr, nr, kc: 8 * kc, mc: mr * a, nc: nr * b, parallel }),
+            Schedule::SpatialPack(SpatialPackSchedule {
+                vc: dlas_engine::schedule::SPATIAL_PACK_VC[vc], vh: a, vw: b, parallel,
+            }),
+        ];
+        let format = if sparse { FormatChoice::Bsr { rows: 2, cols: 3 } } else { FormatChoice::Dense };
+        for s in schedules {
+            if s.validate(&c.w).is_err() {
+                continue;
+            }
+            let algorithm = match s {
+                Schedule::Direct(_) => Algorithm::Direct,
+                Schedule::Gemm(_) => Algorithm::Gemm,
+                Schedule::SpatialPack(_) => Algorithm::SpatialPack,
+            };
+            let cfg = EngineConfig { schedule: Some(s), ..config(algorithm, format, Layout::Nchw) };
+            let e = error(&c, &cfg);
+            prop_assert!(e < F32_TOLERANCE, "{s:?} {} error {e}", c.w);
+        }
+    }
+}

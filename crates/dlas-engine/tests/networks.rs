@@ -1,0 +1,291 @@
+//! Whole networks against the f64 reference: fusion, batch-norm folding and
+//! every operator, for every algorithm.
+
+use dlas_core::{Algorithm, Dataset, Layout};
+use dlas_engine::{DType, Engine, EngineConfig, FormatChoice};
+use dlas_zoo::reference;
+use dlas_zoo::weights::{generate, input};
+use dlas_zoo::{Graph, GraphBuilder, Op};
+
+/// Errors of ~1e-7 per layer compound over ~20-50 layers and are amplified
+/// by badly conditioned layers; 1e-4 still catches any wrong element.
+const NETWORK_TOLERANCE: f64 = 1e-4;
+
+fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let err: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (g as f64 - w).powi(2))
+        .sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (err / norm).sqrt()
+}
+
+fn configs() -> Vec<EngineConfig> {
+    let base = EngineConfig {
+        threads: 2,
+        ..EngineConfig::default()
+    };
+    vec![
+        EngineConfig {
+            algorithm: Algorithm::Direct,
+            ..base.clone()
+        },
+        EngineConfig {
+            algorithm: Algorithm::Gemm,
+            ..base.clone()
+        },
+        EngineConfig {
+            algorithm: Algorithm::Gemm,
+            layout: Layout::Nhwc,
+            ..base.clone()
+        },
+        EngineConfig {
+            algorithm: Algorithm::SpatialPack,
+            ..base.clone()
+        },
+    ]
+}
+
+/// Checks batch 1 and batch 2 (the batch-2 input starts with the batch-1 one,
+/// so one reference evaluation serves both).
+fn check(graph: &Graph, configs: &[EngineConfig]) {
+    let weights = generate(graph, 3);
+    let x = input(graph, 3, 2);
+    let want = reference::evaluate(graph, &weights, &x, 2);
+    let per_sample = want.len() / 2;
+    for config in configs {
+        let engine = Engine::compile(graph, &weights, config).unwrap();
+        for batch in [1, 2] {
+            let in_len = x.len() / 2 * batch;
+            let got = engine.run(&x[..in_len], batch).unwrap();
+            let e = rel_l2(&got, &want[..per_sample * batch]);
+            assert!(
+                e < NETWORK_TOLERANCE,
+                "{} {:?} {:?} batch {batch}: error {e}",
+                graph.name,
+                config.algorithm,
+                config.layout
+            );
+        }
+    }
+}
+
+fn cifar(name: &str) -> Graph {
+    (dlas_zoo::find(Dataset::Cifar10, name).unwrap().build)()
+}
+
+#[test]
+fn resnet18_cifar() {
+    check(&cifar("resnet18"), &configs());
+}
+
+#[test]
+fn mobilenetv1_cifar() {
+    check(&cifar("mobilenetv1"), &configs());
+}
+
+#[test]
+fn mobilenetv2_cifar() {
+    check(&cifar("mobilenetv2"), &configs());
+}
+
+#[test]
+fn vgg16_cifar() {
+    check(&cifar("vgg16"), &configs());
+}
+
+/// The operators only ImageNet networks use (pre-activation batch norm,
+/// concat, padded max pool, average pool, SE broadcast Mul, SiLU, Sigmoid,
+/// ReLU6, strided 7x7 stem), in a graph small enough for the reference.
+#[test]
+fn every_operator_in_a_small_graph() {
+    let mut g = GraphBuilder::new("ops", Dataset::Cifar10);
+    let x = g.input();
+    let stem = g.conv_bn(x, 16, 7, 2, 1, Some(Op::Relu6));
+    let pooled = g.max_pool(stem, 3, 2, 1);
+    // DenseNet layer: BN -> ReLU -> 1x1 -> BN -> ReLU -> 3x3, concatenated.
+    let bn = g.batch_norm(pooled);
+    let r = g.relu(bn);
+    let b = g.conv(r, 24, 1, 1, 0, 1, false);
+    let b = g.batch_norm(b);
+    let b = g.relu(b);
+    let b = g.conv(b, 8, 3, 1, 1, 1, false);
+    let cat = g.concat(&[pooled, b]);
+    let avg = g.avg_pool(cat, 2, 2);
+    // MBConv with squeeze-and-excitation and a residual.
+    let e = g.conv_bn(avg, 48, 1, 1, 1, Some(Op::Silu));
+    let d = g.conv_bn(e, 48, 5, 1, 48, Some(Op::Silu));
+    let s = g.global_avg_pool(d);
+    let s = g.conv(s, 6, 1, 1, 0, 1, true);
+    let s = g.unary(Op::Silu, s);
+    let s = g.conv(s, 48, 1, 1, 0, 1, true);
+    let s = g.unary(Op::Sigmoid, s);
+    let m = g.mul(d, s);
+    let p = g.conv_bn(m, 24, 1, 1, 1, None);
+    let sum = g.add(p, avg);
+    let grouped = g.conv_bn(sum, 24, 3, 1, 4, Some(Op::Relu));
+    let gap = g.global_avg_pool(grouped);
+    let f = g.flatten(gap);
+    g.linear(f, 10);
+    check(&g.finish(), &configs());
+}
+
+/// One ImageNet network end to end at batch 1 (gemm only, to stay cheap).
+#[test]
+fn mobilenetv2_imagenet_gemm() {
+    let graph = (dlas_zoo::find(Dataset::Imagenet, "mobilenetv2")
+        .unwrap()
+        .build)();
+    let weights = generate(&graph, 5);
+    let x = input(&graph, 5, 1);
+    let want = reference::evaluate(&graph, &weights, &x, 1);
+    let engine = Engine::compile(
+        &graph,
+        &weights,
+        &EngineConfig {
+            threads: 2,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let e = rel_l2(&engine.run(&x, 1).unwrap(), &want);
+    assert!(e < NETWORK_TOLERANCE, "error {e}");
+}
+
+/// fp16 storage: each layer adds an error of order u = 2^-11 relative to
+/// its activations (see conv_props.rs); over ResNet-18's ~20 layers these
+/// add up like a random walk, sqrt(20) * 1e-3 ~ 5e-3 at worst per-layer
+/// error (measured: ~1e-3), hence 5e-3.
+#[test]
+fn resnet18_cifar_f16() {
+    let graph = cifar("resnet18");
+    let weights = generate(&graph, 3);
+    let x = input(&graph, 3, 1);
+    let want = reference::evaluate(&graph, &weights, &x, 1);
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let config = EngineConfig {
+            threads: 2,
+            dtype: DType::F16,
+            layout,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::compile(&graph, &weights, &config).unwrap();
+        let e = rel_l2(&engine.run(&x, 1).unwrap(), &want);
+        assert!(e < 5e-3, "{layout:?} error {e}");
+        eprintln!("resnet18 f16 {layout:?}: relative L2 error {e:.2e}");
+    }
+}
+
+/// int8 with min-max calibration on the evaluated batch itself: each
+/// quantised tensor carries uniform noise of step/sqrt(12) with a step of
+/// range/255, i.e. about 0.1-0.5% of a tensor's RMS given activation
+/// ranges a few times their RMS; over ResNet-18's ~20 requantisations this
+/// compounds to a few percent of the logits, hence 1e-1 (measured below).
+#[test]
+fn resnet18_cifar_int8() {
+    let graph = cifar("resnet18");
+    let weights = generate(&graph, 3);
+    let x = input(&graph, 3, 1);
+    let want = reference::evaluate(&graph, &weights, &x, 1);
+    let quant = dlas_zoo::quant::calibrate(&graph, &weights, &x, 1);
+    let config = EngineConfig {
+        threads: 2,
+        dtype: DType::I8,
+        quant: Some(quant),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::compile(&graph, &weights, &config).unwrap();
+    let e = rel_l2(&engine.run(&x, 1).unwrap(), &want);
+    eprintln!("resnet18 int8: relative L2 error {e:.2e}");
+    assert!(e < 1e-1, "error {e}");
+}
+
+#[test]
+fn fusion_leaves_one_step_per_conv_block() {
+    let graph = cifar("resnet18");
+    let engine = Engine::compile(
+        &graph,
+        &generate(&graph, 1),
+        &EngineConfig {
+            threads: 1,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    // 20 convolutions (incl. 3 shortcuts) + the classifier; BN, ReLU and Add are fused.
+    assert_eq!(engine.layers().count(), 21);
+}
+
+#[test]
+fn unsupported_configurations_are_explained() {
+    let graph = cifar("resnet18");
+    let weights = generate(&graph, 1);
+    let err = |c: EngineConfig| {
+        Engine::compile(&graph, &weights, &c)
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        err(EngineConfig {
+            algorithm: Algorithm::Auto,
+            ..EngineConfig::default()
+        })
+        .contains("auto")
+    );
+    let e = format!(
+        "{:#}",
+        Engine::compile(
+            &graph,
+            &weights,
+            &EngineConfig {
+                algorithm: Algorithm::Direct,
+                layout: Layout::Nhwc,
+                ..EngineConfig::default()
+            }
+        )
+        .err()
+        .unwrap()
+    );
+    assert!(e.contains("nhwc"), "{e}");
+    let e = format!(
+        "{:#}",
+        Engine::compile(
+            &graph,
+            &weights,
+            &EngineConfig {
+                format: FormatChoice::Bsr { rows: 3, cols: 4 },
+                ..EngineConfig::default()
+            }
+        )
+        .err()
+        .unwrap()
+    );
+    assert!(e.contains("BSR"), "{e}");
+    assert!(
+        err(EngineConfig {
+            threads: 0,
+            ..EngineConfig::default()
+        })
+        .contains("threads")
+    );
+    let f16_direct = EngineConfig {
+        algorithm: Algorithm::Direct,
+        dtype: DType::F16,
+        ..EngineConfig::default()
+    };
+    let e = format!(
+        "{:#}",
+        Engine::compile(&graph, &weights, &f16_direct)
+            .err()
+            .unwrap()
+    );
+    assert!(e.contains("fp16"), "{e}");
+    let i8_without_quant = EngineConfig {
+        dtype: DType::I8,
+        ..EngineConfig::default()
+    };
+    assert!(err(i8_without_quant).contains("quantisation"));
+}
