@@ -225,6 +225,12 @@ fn slurm_cluster_runs_and_merges_a_study() {
             filter,
             "--out",
             local.to_str().unwrap(),
+            "--runs",
+            "5",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
         ],
     );
     assert!(out.status.success());

@@ -11,6 +11,7 @@
 pub mod crosscheck;
 pub mod environment;
 pub mod models;
+pub mod native;
 pub mod run;
 pub mod store;
 pub mod timing;

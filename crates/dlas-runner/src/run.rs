@@ -44,12 +44,30 @@ pub struct RunReport {
 
 /// Why a combination cannot run here, if it cannot.
 fn unavailable(c: &Combination, ort: &Result<String, String>) -> Option<String> {
-    if c.compiler == "native" {
-        return Some("the native engine is not part of this build yet".into());
+    if c.compiler == "native" && c.tuned {
+        return Some(
+            "tuned native combinations need tuning records, and the auto-tuner (`dlas tune`) is not built yet"
+                .into(),
+        );
     }
     match ort {
         Err(e) if c.compiler.starts_with("ort-") => Some(e.clone()),
         _ => None,
+    }
+}
+
+/// The combination whose model file a combination runs: the native engine
+/// quantises or halves an fp32 model itself, while the runtimes read the fp16
+/// or QDQ file.
+fn model_file_of(c: &Combination) -> Combination {
+    if c.compiler == "native" && !c.compression.is_pruning() {
+        Combination {
+            compression: Compression::Dense,
+            level: 0.0,
+            ..c.clone()
+        }
+    } else {
+        c.clone()
     }
 }
 
@@ -95,7 +113,7 @@ pub fn run_host(
     // with no partial results.
     let mut models = Models::new(&config.project_root)?;
     for c in todo.iter().filter(|c| unavailable(c, &ort).is_none()) {
-        models.path(study, c)?;
+        models.path(study, &model_file_of(c))?;
     }
     let progress = Progress::new(todo.len());
     let mut source = None;
@@ -144,7 +162,7 @@ fn measure_one(
             None,
         )
     };
-    let path = match models.path(study, c) {
+    let path = match models.path(study, &model_file_of(c)) {
         Ok(p) => p,
         Err(e) => return failed(e),
     };
@@ -154,7 +172,12 @@ fn measure_one(
         threads: config.threads,
         half_io: c.compression == Compression::Fp16,
     };
-    let mut session = match dlas_backends::load(&c.compiler, &path, &session_config) {
+    let loaded = if c.compiler == "native" {
+        crate::native::load(&path, c, config.threads, config.seed)
+    } else {
+        dlas_backends::load(&c.compiler, &path, &session_config)
+    };
+    let mut session = match loaded {
         Ok(s) => s,
         Err(e) => return failed(e),
     };
