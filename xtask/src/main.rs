@@ -38,7 +38,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Benchmarks: `harness` (timing-loop overhead).
+    /// Benchmarks: `harness` (timing-loop overhead), `engine` (the native engine
+    /// per layer against the measured peak, per network against ONNX Runtime and tract).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -61,7 +62,27 @@ fn main() -> Result<()> {
             setup::run(&root)?;
             dlas(&root, "crosscheck", &args)
         }
-        Task::Bench { args } => dlas(&root, "bench", &args),
+        Task::Bench { args } => {
+            setup::run(&root)?;
+            if args.first().map(String::as_str) == Some("engine") {
+                // Per layer against the measured FMA peak, then whole networks
+                // against ONNX Runtime and tract.
+                run(cargo(&root).args([
+                    "run",
+                    "--release",
+                    "--quiet",
+                    "-p",
+                    "dlas-engine",
+                    "--example",
+                    "bench_engine",
+                    "--",
+                    "11",
+                    "layers",
+                    "sparse",
+                ]))?;
+            }
+            dlas(&root, "bench", &args)
+        }
         Task::Flake => flake::check(&root),
         Task::Test => test(&root),
     }

@@ -55,12 +55,12 @@ fn main() -> ExitCode {
     let result =
         project::Project::locate(cli.root.as_deref()).and_then(|project| match cli.command {
             Command::Plan(args) => cmd::plan::run(&project, &args),
-            Command::Zoo(command) => cmd::zoo::run(&command),
+            Command::Zoo(command) => cmd::zoo::run(&project, &command),
             Command::Run(args) => cmd::run::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
             Command::Compare(args) => cmd::compare::run(&args),
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
-            Command::Bench(command) => cmd::bench::run(&command),
+            Command::Bench(command) => cmd::bench::run(&project, &command),
             Command::Cluster(command) => cmd::cluster::run(&project, &command),
             Command::Compress(args) => cmd::compress::run(&project, &args),
             Command::Sweep(args) => cmd::compress::sweep(&args),

@@ -1,4 +1,5 @@
-//! Cross-check: every runtime gives the same logits on the same seeded input.
+//! Cross-check: every runtime, and every algorithm of the native engine,
+//! gives the same logits on the same seeded input and the same ONNX file.
 //! ONNX Runtime without graph optimizations is the reference.
 
 use crate::models::{self, Models};
@@ -58,6 +59,20 @@ pub fn crosscheck(
                 dataset: *dataset,
                 model: model.clone(),
                 compiler: compiler.into(),
+                relative_l2: relative_l2(&output, &reference),
+            });
+        }
+        for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
+            let native = Combination {
+                compiler: "native".into(),
+                algorithm,
+                ..c.clone()
+            };
+            let output = crate::native::load(&path, &native, 2, seed)?.run(&input)?;
+            out.push(Agreement {
+                dataset: *dataset,
+                model: model.clone(),
+                compiler: format!("native {algorithm}"),
                 relative_l2: relative_l2(&output, &reference),
             });
         }

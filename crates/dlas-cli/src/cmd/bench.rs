@@ -22,6 +22,14 @@ pub enum Command {
         #[arg(long, default_value_t = 10_000)]
         runs: usize,
     },
+    /// The native engine's algorithms against ONNX Runtime and tract on whole
+    /// networks (ResNet-18 CIFAR-10, MobileNetV2 ImageNet), batch 1, in one run.
+    Engine {
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
 }
 
 struct Identity;
@@ -36,8 +44,9 @@ impl Session for Identity {
     }
 }
 
-pub fn run(command: &Command) -> Result<ExitCode> {
+pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitCode> {
     match command {
+        Command::Engine { runs, threads } => engine(project, *runs, *threads),
         Command::Harness { runs } => {
             let input = vec![0.5f32; 3 * 32 * 32];
             let protocol = Protocol {
@@ -61,4 +70,79 @@ pub fn run(command: &Command) -> Result<ExitCode> {
             }
         }
     }
+}
+
+/// Times every compiler on the same ONNX file and prints ratios against
+/// ONNX Runtime and tract measured in the same run.
+fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Result<ExitCode> {
+    use dlas_core::{Algorithm, Combination, Compression, Dataset, Format, Layout};
+    let specs = project.specs()?;
+    let study = project.study("dlas", &specs)?;
+    let library = dlas_backends::ort_runtime::library_path(&project.root);
+    dlas_backends::ort_runtime::init(&library)?;
+    let mut models = dlas_runner::models::Models::new(&project.root)?;
+    let protocol = Protocol {
+        warmup: 2,
+        runs,
+        timeout: Duration::from_secs(600),
+    };
+    println!("network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_vs_tract_opt");
+    for (dataset, model) in [
+        (Dataset::Cifar10, "resnet18"),
+        (Dataset::Imagenet, "mobilenetv2"),
+    ] {
+        let combination = |compiler: &str, algorithm: Algorithm| Combination {
+            dataset,
+            model: model.into(),
+            compression: Compression::Dense,
+            level: 0.0,
+            algorithm,
+            format: Format::Dense,
+            layout: Layout::Nchw,
+            compiler: compiler.into(),
+            tuned: false,
+            device: "host".into(),
+            batch: 1,
+        };
+        let reference = combination("ort-opt", Algorithm::Auto);
+        let path = models.path(&study, &reference)?;
+        let input = dlas_runner::models::input(&reference, study.protocol.seed);
+        let macs = (dlas_zoo::find(dataset, model)?.build)().macs() as f64;
+        let [c, h, w] = dataset.input_chw();
+        let config = dlas_backends::SessionConfig {
+            input_shape: [1, c, h, w],
+            threads,
+            half_io: false,
+        };
+        let mut timed = Vec::new();
+        for compiler in ["ort-opt", "tract-opt"] {
+            let mut session = dlas_backends::load(compiler, &path, &config)?;
+            timed.push((
+                compiler.to_string(),
+                median(measure(session.as_mut(), &input, protocol)?),
+            ));
+        }
+        for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
+            let c = combination("native", algorithm);
+            let mut session = dlas_runner::native::load(&path, &c, threads, study.protocol.seed)?;
+            timed.push((
+                format!("native {algorithm}"),
+                median(measure(session.as_mut(), &input, protocol)?),
+            ));
+        }
+        let (ort, tract) = (timed[0].1, timed[1].1);
+        for (compiler, ms) in &timed {
+            println!(
+                "{dataset}/{model},{compiler},{ms:.3},{:.1},{:.2},{:.2}",
+                2.0 * macs / (ms * 1e6),
+                ms / ort,
+                ms / tract
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn median(samples: Vec<f64>) -> f64 {
+    Summary::from_samples(&samples).map_or(f64::NAN, |s| s.median)
 }

@@ -60,13 +60,20 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         for id in envs {
             let path = project.results_dir(&study).join(format!("{id}.json"));
             let env = dlas_runner::environment::Environment::load(&path)?;
-            hosts.push(HostSummary {
-                environment: id.to_string(),
-                cpu_model: env.cpu_model,
-                logical_cpus: env.logical_cpus,
-                cpu_flags: env.cpu_flags,
-                os: env.os,
-            });
+            // One row per machine: runs with other protocols or loads share it.
+            match hosts.iter_mut().find(|h: &&mut HostSummary| {
+                (&h.cpu_model, h.logical_cpus, &h.cpu_flags, &h.os)
+                    == (&env.cpu_model, env.logical_cpus, &env.cpu_flags, &env.os)
+            }) {
+                Some(host) => host.environment += &format!(" {id}"),
+                None => hosts.push(HostSummary {
+                    environment: id.to_string(),
+                    cpu_model: env.cpu_model,
+                    logical_cpus: env.logical_cpus,
+                    cpu_flags: env.cpu_flags,
+                    os: env.os,
+                }),
+            }
         }
         rows.extend(host_rows);
         files.push(recorded.strip_prefix(&project.root)?.display().to_string());

@@ -1,7 +1,8 @@
 //! `dlas zoo`: list the networks, export them as ONNX.
 
+use crate::project::Project;
 use anyhow::{Context, Result};
-use dlas_core::{Algorithm, Combination, Compression, Dataset, Format, Layout};
+use dlas_core::{Algorithm, Combination, Compression, Dataset, Format, Layout, Study};
 use dlas_zoo::{catalogue, weights};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -43,7 +44,7 @@ pub enum ListFormat {
     Table,
 }
 
-pub fn run(command: &Command) -> Result<ExitCode> {
+pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
     match command {
         Command::List { format } => list(*format)?,
         Command::Export {
@@ -62,13 +63,22 @@ pub fn run(command: &Command) -> Result<ExitCode> {
                 let digest = export(net, &out.join(&file), *seed)?;
                 println!("{digest}  {file}");
             }
+            // The compressed models the dlas study runs: its pruning levels
+            // (the native engine's sparse formats read their zeros) and the
+            // fp16 and int8 files of the runtimes.
+            let study = Study::load("dlas", &project.studies_dir())?;
             for net in catalogue() {
-                for compression in [Compression::Fp16, Compression::Int8] {
+                for entry in &study.compressions {
+                    let compression = entry.id;
+                    if compression == Compression::Dense {
+                        continue;
+                    }
+                    let level = study.level(entry, net.name);
                     let c = Combination {
                         dataset: net.dataset,
                         model: net.name.into(),
                         compression,
-                        level: 0.0,
+                        level,
                         algorithm: Algorithm::Auto,
                         format: Format::Dense,
                         layout: Layout::Nchw,
@@ -79,8 +89,10 @@ pub fn run(command: &Command) -> Result<ExitCode> {
                     };
                     let bytes = dlas_runner::models::compressed_onnx(&c)?;
                     let file = format!(
-                        "compressed/{}-{}-{compression}-0.onnx",
-                        net.dataset, net.name
+                        "compressed/{}-{}-{compression}-{}.onnx",
+                        net.dataset,
+                        net.name,
+                        dlas_core::plan::format_level(level)
                     );
                     dlas_core::atomic::write_atomic(&out.join(&file), &bytes)?;
                     println!("{}  {file}", hex::encode(Sha256::digest(&bytes)));
