@@ -5,13 +5,12 @@
 //! running. Where Slurm is not installed it is skipped, except in CI
 //! (`.ci/run` installs `slurm-wlm`).
 
+mod common;
+
+use common::root;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The daemons of the test cluster; stopped on drop, even when the test fails.
 struct Cluster {

@@ -1,42 +1,11 @@
 //! The `dlas` binary as a user runs it: the README's commands and the
 //! errors a user sees for bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn dlas(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dlas"))
-        .arg("--root")
-        .arg(root())
-        .args(args)
-        .output()
-        .expect("the dlas binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = dlas(args);
-    assert!(
-        out.status.success(),
-        "dlas {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = dlas(args);
-    assert!(!out.status.success(), "dlas {args:?} should fail");
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        !stderr.contains("panicked"),
-        "dlas {args:?} panicked: {stderr}"
-    );
-    stderr
-}
+use common::{fails, ok, root};
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn plan_count_matches_the_study() {

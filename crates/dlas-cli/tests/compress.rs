@@ -1,36 +1,12 @@
 //! `dlas compress` and `dlas sweep` as a user runs them.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use common::ok;
 
-fn dlas(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dlas"))
-        .arg("--root")
-        .arg(root())
-        .args(args)
-        .output()
-        .expect("the dlas binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = dlas(args);
-    assert!(
-        out.status.success(),
-        "dlas {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
+/// A failure whose message is exactly one line.
 fn fails(args: &[&str]) -> String {
-    let out = dlas(args);
-    assert!(!out.status.success(), "dlas {args:?} should fail");
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stderr = common::fails(args);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     stderr
 }
