@@ -96,19 +96,26 @@ pub fn project_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `cargo run` of the `dlas` binary (release profile, like the tests) with `args`.
+/// The `dlas` binary with `args`. It is built together with every test
+/// target (`--workspace --all-targets`), so its dependencies resolve the same
+/// features as the test build and tract is compiled once, not twice.
 fn dlas_command<S: AsRef<std::ffi::OsStr>>(root: &Path, args: &[S]) -> Command {
-    let mut cmd = cargo(root);
-    cmd.args([
-        "run",
-        "--release",
-        "--quiet",
-        "--package",
-        "dlas-cli",
-        "--bin",
-        "dlas",
-        "--",
-    ]);
+    let built = cargo(root)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "--workspace",
+            "--all-targets",
+        ])
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("warning: the build failed; running the last built dlas");
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let mut cmd = Command::new(target.join("release").join("dlas"));
+    cmd.current_dir(root);
     cmd.args(args);
     cmd
 }
