@@ -100,7 +100,7 @@ pub fn default_schedule(
 
 /// Resolves a format choice for one layer's weights to BSR block sizes
 /// (`None`: dense; CSR is 1x1 blocks).
-fn resolve_format(
+pub(crate) fn resolve_format(
     choice: FormatChoice,
     w: &Workload,
     weights: &[f32],
@@ -128,6 +128,42 @@ fn resolve_format(
                     .or(Some((1, 1)))
             }
         }
+    })
+}
+
+/// The algorithm whose kernel runs a layer of shape `w` with weight blocks
+/// `blocks` under `config`, or why `config` cannot run it.
+///
+/// A depthwise layer (one input and one output channel per group) is a
+/// stack of 2-D stencils: im2col would build a one-row GEMM per channel and
+/// spatial pack would fill one lane of each vector, so in fp32 NCHW every
+/// algorithm runs it with the sliding-window kernel, as TVM and XNNPACK do.
+/// `Conv2d::kernel_name` reports what ran.
+pub(crate) fn kernel_algorithm(
+    config: &EngineConfig,
+    w: &Workload,
+    blocks: Option<(usize, usize)>,
+) -> Result<Algorithm, ConfigError> {
+    let nhwc = config.layout == Layout::Nhwc;
+    let half = config.dtype == DType::F16;
+    let what = || match blocks {
+        Some(_) => "sparse weights".to_string(),
+        None => config.algorithm.to_string(),
+    };
+    if nhwc && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
+        return Err(ConfigError::Nhwc(what()));
+    }
+    if half && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
+        return Err(ConfigError::F16(what()));
+    }
+    let depthwise =
+        w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
+    Ok(match config.algorithm {
+        Algorithm::Auto => return Err(ConfigError::AutoAlgorithm),
+        Algorithm::Gemm | Algorithm::SpatialPack if depthwise && !half && !nhwc => {
+            Algorithm::Direct
+        }
+        a => a,
     })
 }
 
@@ -161,52 +197,27 @@ impl Conv2d {
             )?,
         };
         let nhwc = config.layout == Layout::Nhwc;
-        if nhwc && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
-            let what = match blocks {
-                Some(_) => "sparse weights".to_string(),
-                None => config.algorithm.to_string(),
-            };
-            return Err(ConfigError::Nhwc(what).into());
-        }
         let half = config.dtype == DType::F16;
-        if half && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
-            let what = match blocks {
-                Some(_) => "sparse weights".to_string(),
-                None => config.algorithm.to_string(),
-            };
-            return Err(ConfigError::F16(what).into());
-        }
         schedule.validate(&w)?;
-        // A depthwise layer (one input and one output channel per group) is
-        // a stack of 2-D stencils: im2col would build a one-row GEMM per
-        // channel and spatial pack would fill one lane of each vector, so in
-        // fp32 NCHW every algorithm runs it with the sliding-window kernel,
-        // as TVM and XNNPACK do. `kernel_name` reports what ran.
-        let depthwise =
-            w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
-        let kernel = match (config.algorithm, schedule) {
-            (Algorithm::Gemm | Algorithm::SpatialPack, _) if depthwise && !half && !nhwc => {
-                Kernel::Direct(DirectConv::new(
-                    w,
-                    DirectSchedule::default(),
-                    weights,
-                    blocks,
-                ))
-            }
+        let kernel = match (kernel_algorithm(config, &w, blocks)?, schedule) {
+            // A depthwise layer under gemm or spatial pack (see
+            // `kernel_algorithm`) takes a direct schedule when one is given.
             (Algorithm::Direct, Schedule::Direct(s)) => {
                 Kernel::Direct(DirectConv::new(w, s, weights, blocks))
             }
+            (Algorithm::Direct, _) if config.algorithm != Algorithm::Direct => Kernel::Direct(
+                DirectConv::new(w, DirectSchedule::default(), weights, blocks),
+            ),
             (Algorithm::Gemm, Schedule::Gemm(s)) => {
                 Kernel::Gemm(GemmConv::new(w, s, weights, blocks, nhwc, half))
             }
             (Algorithm::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, blocks))
             }
-            (Algorithm::Auto, _) => return Err(ConfigError::AutoAlgorithm.into()),
-            (algorithm, s) => {
+            (_, s) => {
                 return Err(ConfigError::ScheduleMismatch {
                     given: s.algorithm_name(),
-                    algorithm,
+                    algorithm: config.algorithm,
                 }
                 .into());
             }

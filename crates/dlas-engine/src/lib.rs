@@ -33,6 +33,7 @@ mod ops;
 pub mod schedule;
 mod sparse;
 mod spatial_pack;
+pub mod tuning;
 mod weights;
 pub mod workload;
 
@@ -43,4 +44,5 @@ pub use epilogue::Activation;
 pub use schedule::{
     DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
 };
+pub use tuning::{LayerKey, ScheduleTable, workload_of};
 pub use workload::Workload;

@@ -7,9 +7,11 @@
 //! [`Schedule::validate`] to reject candidates before running them.
 
 use crate::workload::Workload;
+use serde::{Deserialize, Serialize};
 
 /// Which loop of a kernel is split across the thread pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ParallelLoop {
     /// Output channels (rows of the weight matrix).
     OutputChannels,
@@ -19,7 +21,7 @@ pub enum ParallelLoop {
 
 /// Sliding-window convolution: each task owns `oc_block` output channels
 /// over `row_block` output rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DirectSchedule {
     pub oc_block: usize,
     pub row_block: usize,
@@ -36,7 +38,7 @@ impl Default for DirectSchedule {
 
 /// im2col + blocked GEMM. The microkernel computes an `mr` x `nr` tile of C
 /// in registers; `kc`, `mc`, `nc` block K, M and N for the caches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GemmSchedule {
     pub mr: usize,
     /// A multiple of the vector width (8 f32 lanes on AVX2).
@@ -62,7 +64,7 @@ impl Default for GemmSchedule {
 
 /// Spatial pack: an output tile of `vh` x `vw` pixels times `vc` output
 /// channels (the vector) is accumulated at once from a padded input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SpatialPackSchedule {
     pub vc: usize,
     pub vh: usize,
@@ -82,7 +84,8 @@ impl Default for SpatialPackSchedule {
 }
 
 /// The schedule of one algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "algorithm", rename_all = "kebab-case")]
 pub enum Schedule {
     Direct(DirectSchedule),
     Gemm(GemmSchedule),
