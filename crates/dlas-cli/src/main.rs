@@ -30,6 +30,8 @@ enum Command {
     Zoo(cmd::zoo::Command),
     /// Measure a study's combinations on devices and write results.
     Run(cmd::run::Args),
+    /// Search the schedules of a study's tuned native combinations on this machine.
+    Tune(cmd::tune::Args),
     /// Regenerate figures and tables (and the mocked results behind them).
     Reproduce(cmd::reproduce::Args),
     /// Compare two results files: per-combination ratios and rank agreement.
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
             Command::Plan(args) => cmd::plan::run(&project, &args),
             Command::Zoo(command) => cmd::zoo::run(&project, &command),
             Command::Run(args) => cmd::run::run(&project, &args),
+            Command::Tune(args) => cmd::tune::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
             Command::Compare(args) => cmd::compare::run(&args),
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),

@@ -206,10 +206,19 @@ impl BestOf {
         }
     }
 
-    /// Writes the file atomically (pretty JSON, entries in a fixed order).
+    /// Writes the file atomically: JSON with one entry per line, in a
+    /// fixed order, so a re-tuned layer is a one-line diff.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let mut json = serde_json::to_string_pretty(self)?;
-        json.push('\n');
+        let entries: Vec<String> = self
+            .entries
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<_, _>>()?;
+        let json = format!(
+            "{{\"version\": {},\n\"entries\": [\n{}\n]}}\n",
+            self.version,
+            entries.join(",\n")
+        );
         dlas_core::atomic::write_atomic(path, json.as_bytes())
     }
 

@@ -75,6 +75,10 @@ pub struct State {
     pub default_ms: Option<f64>,
 }
 
+/// Called after each measurement with the candidate, its per-run costs
+/// (or why it failed) and where the search is.
+pub type OnTrial<'a> = dyn FnMut(Schedule, &Result<Vec<f64>>, State) -> Result<()> + 'a;
+
 /// Schedules kept as parents: the best measured so far.
 const ELITES: usize = 8;
 /// Draws without a new valid candidate before the space counts as exhausted.
@@ -91,7 +95,7 @@ pub fn tune(
     timer: &Timer,
     history: &[(Schedule, Option<f64>)],
     seed: u64,
-    on_trial: &mut dyn FnMut(Schedule, &Result<Vec<f64>>, State) -> Result<()>,
+    on_trial: &mut OnTrial<'_>,
 ) -> Result<Outcome> {
     let task = problem.task();
     let w = task.layer.workload;

@@ -43,7 +43,7 @@ fn record(p: &LayerProblem, s: Schedule, r: &anyhow::Result<Vec<f64>>) -> Record
         fingerprint: "test-machine".into(),
         task: p.task(),
         schedule: s,
-        costs_ms: r.as_ref().map(Clone::clone).unwrap_or_default(),
+        costs_ms: r.as_ref().ok().cloned().unwrap_or_default(),
         error: r.as_ref().err().map(|e| e.to_string()),
         timestamp: 0,
     }

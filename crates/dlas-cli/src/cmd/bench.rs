@@ -30,6 +30,25 @@ pub enum Command {
         #[arg(long, default_value_t = 2)]
         threads: usize,
     },
+    /// Tuned against untuned native engine, per layer and per network, and
+    /// against ONNX Runtime (ResNet-18 CIFAR-10, MobileNetV2 ImageNet), with
+    /// the search time, in one run.
+    Tune {
+        /// Candidates per layer.
+        #[arg(long, default_value_t = 200)]
+        trials: usize,
+        /// Stop a layer after this many candidates without improvement.
+        #[arg(long, default_value_t = 50)]
+        early_stop: usize,
+        /// Timed runs of each whole network.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Keep the records here (default: a fresh search in a temporary directory).
+        #[arg(long)]
+        records: Option<std::path::PathBuf>,
+    },
 }
 
 struct Identity;
@@ -47,6 +66,22 @@ impl Session for Identity {
 pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitCode> {
     match command {
         Command::Engine { runs, threads } => engine(project, *runs, *threads),
+        Command::Tune {
+            trials,
+            early_stop,
+            runs,
+            threads,
+            records,
+        } => super::tune::bench(
+            project,
+            dlas_tune::Budget {
+                trials: *trials,
+                early_stop: *early_stop,
+            },
+            *runs,
+            *threads,
+            records.clone(),
+        ),
         Command::Harness { runs } => {
             let input = vec![0.5f32; 3 * 32 * 32];
             let protocol = Protocol {
@@ -124,7 +159,8 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
         }
         for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
             let c = combination("native", algorithm);
-            let mut session = dlas_runner::native::load(&path, &c, threads, study.protocol.seed)?;
+            let mut session =
+                dlas_runner::native::load(&path, &c, threads, study.protocol.seed, None)?;
             timed.push((
                 format!("native {algorithm}"),
                 median(measure(session.as_mut(), &input, protocol)?),

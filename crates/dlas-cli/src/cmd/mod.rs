@@ -9,4 +9,5 @@ pub mod crosscheck;
 pub mod plan;
 pub mod reproduce;
 pub mod run;
+pub mod tune;
 pub mod zoo;
