@@ -39,7 +39,8 @@ enum Task {
         args: Vec<String>,
     },
     /// Benchmarks: `harness` (timing-loop overhead), `engine` (the native engine
-    /// per layer against the measured peak, per network against ONNX Runtime and tract).
+    /// per layer against the measured peak, per network against ONNX Runtime and tract),
+    /// `tune` (tuned against untuned native engine and against ONNX Runtime, with search time).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
