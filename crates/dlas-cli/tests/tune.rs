@@ -145,3 +145,75 @@ fn tune_refuses_other_devices_and_bad_budgets() {
     let err = fails(&["tune", "--filter", "model=resnet9", "--dry-run"]);
     assert!(err.contains("resnet9"), "{err}");
 }
+
+/// kill -9 in the middle of a search, then the same command again: the
+/// search resumes from its records, measures no schedule twice, and ends
+/// within its budget.
+#[test]
+fn killed_tuning_resumes_without_measuring_twice() {
+    use std::collections::{HashMap, HashSet};
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.jsonl");
+    let root = common::root();
+    let args = [
+        "--root",
+        root.to_str().unwrap(),
+        "tune",
+        "--filter",
+        SELECTION,
+        "--trials",
+        "12",
+        "--early-stop",
+        "12",
+        "--repeats",
+        "3",
+        "--min-repeat-ms",
+        "1",
+        "--records",
+        records.to_str().unwrap(),
+    ];
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlas"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&records).map_or(0, |t| t.lines().count()) < 8 {
+        assert!(started.elapsed().as_secs() < 60, "no records after 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(&records).unwrap().lines().count();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlas"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&records).unwrap();
+    let mut per_task: HashMap<String, usize> = HashMap::new();
+    let mut seen = HashSet::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with('{') && l.ends_with('}'))
+    {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let task = v["task"].to_string();
+        *per_task.entry(task.clone()).or_default() += 1;
+        assert!(
+            seen.insert((task, v["schedule"].to_string())),
+            "measured twice: {line}"
+        );
+    }
+    assert!(
+        text.lines().count() > before,
+        "the second run measured more"
+    );
+    assert!(per_task.values().all(|&n| n <= 12), "{per_task:?}");
+    assert!(dir.path().join("best.json").exists());
+}
