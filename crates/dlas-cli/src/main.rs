@@ -36,6 +36,8 @@ enum Command {
     Reproduce(cmd::reproduce::Args),
     /// Compare two results files: per-combination ratios and rank agreement.
     Compare(cmd::compare::Args),
+    /// Throughput metrics of compiled against baseline configurations (RTR, ASE, BSR).
+    Metrics(cmd::metrics::Args),
     /// Check that every runtime gives the same logits on the zoo's networks.
     Crosscheck(cmd::crosscheck::Args),
     /// Run a study across a fleet: Slurm job arrays per device, status, merge.
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
             Command::Tune(args) => cmd::tune::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
             Command::Compare(args) => cmd::compare::run(&args),
+            Command::Metrics(args) => cmd::metrics::run(&args),
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
             Command::Bench(command) => cmd::bench::run(&project, &command),
             Command::Cluster(command) => cmd::cluster::run(&project, &command),

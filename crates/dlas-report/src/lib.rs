@@ -10,6 +10,7 @@ pub mod analysis;
 pub mod catalogue;
 pub mod compare;
 pub mod figure;
+pub mod metrics;
 pub mod table;
 
 pub use catalogue::{Artifact, HostSummary, Inputs, Selection, build};

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod compare;
 pub mod compress;
 pub mod crosscheck;
+pub mod metrics;
 pub mod plan;
 pub mod reproduce;
 pub mod run;
