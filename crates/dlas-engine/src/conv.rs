@@ -2,10 +2,12 @@
 //! chosen algorithm with weights packed for it at load.
 
 use crate::config::{ConfigError, DType, EngineConfig, FormatChoice};
+use crate::depthwise::{self, DepthwiseConv};
 use crate::direct::DirectConv;
 use crate::epilogue::{Activation, Epilogue};
 use crate::gemm::GemmConv;
 use crate::int8::Int8Conv;
+use crate::isa::Isa;
 use crate::schedule::{DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule};
 use crate::sparse::{block_fill, density};
 use crate::spatial_pack::SpatialPackConv;
@@ -16,6 +18,7 @@ use dlas_zoo::quant::ActivationQuant;
 #[derive(Debug, Clone)]
 enum Kernel {
     Int8(Int8Conv),
+    Depthwise(DepthwiseConv),
     Direct(DirectConv),
     Gemm(GemmConv),
     SpatialPack(SpatialPackConv),
@@ -134,7 +137,7 @@ fn resolve_format(
 impl Conv2d {
     /// Packs `weights` ((out, in / groups, k, k) row-major, BN already
     /// folded) for the algorithm, format, layout and schedule of `config`.
-    /// Depthwise fp32 NCHW layers use the sliding-window kernel whatever
+    /// Depthwise fp32 NCHW layers use the depthwise stencil kernel whatever
     /// the algorithm (a GEMM of one row has nothing to block).
     pub fn new(
         workload: Workload,
@@ -178,26 +181,39 @@ impl Conv2d {
         }
         schedule.validate(&w)?;
         // A depthwise layer (one input and one output channel per group) is
-        // a stack of 2-D stencils: im2col would build a one-row GEMM per
-        // channel and spatial pack would fill one lane of each vector, so in
-        // fp32 NCHW every algorithm runs it with the sliding-window kernel,
-        // as TVM and XNNPACK do. `kernel_name` reports what ran.
+        // a stack of 2-D stencils; in fp32 NCHW with dense weights every
+        // algorithm runs it with the depthwise kernel (see `depthwise`), and
+        // with sparse weights (or kernels over 7x7) with the sliding-window one. `kernel_name`
+        // reports what ran.
         let depthwise =
             w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
+        let stencil = blocks.is_none() && w.kernel * w.kernel <= depthwise::MAX_TAPS;
         let kernel = match (config.algorithm, schedule) {
-            (Algorithm::Gemm | Algorithm::SpatialPack, _) if depthwise && !half && !nhwc => {
-                Kernel::Direct(DirectConv::new(
-                    w,
-                    DirectSchedule::default(),
-                    weights,
-                    blocks,
-                ))
+            (Algorithm::Direct | Algorithm::Gemm | Algorithm::SpatialPack, _)
+                if depthwise && !half && !nhwc =>
+            {
+                let s = match schedule {
+                    Schedule::Direct(s) => s,
+                    _ => DirectSchedule::default(),
+                };
+                if stencil {
+                    Kernel::Depthwise(DepthwiseConv::new(w, s, weights, Isa::detect()))
+                } else {
+                    Kernel::Direct(DirectConv::new(w, s, weights, blocks))
+                }
             }
             (Algorithm::Direct, Schedule::Direct(s)) => {
                 Kernel::Direct(DirectConv::new(w, s, weights, blocks))
             }
             (Algorithm::Gemm, Schedule::Gemm(s)) => {
-                Kernel::Gemm(GemmConv::new(w, s, weights, blocks, nhwc, half))
+                Kernel::Gemm(GemmConv::new(
+                    w,
+                    s,
+                    weights,
+                    blocks,
+                    (nhwc, half),
+                    Isa::detect(),
+                ))
             }
             (Algorithm::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, blocks))
@@ -270,11 +286,13 @@ impl Conv2d {
         })
     }
 
-    /// The kernel that runs this layer: the algorithm's, or `direct` for a
-    /// depthwise layer (see [`Conv2d::new`]).
+    /// The kernel that runs this layer: the algorithm's, or `depthwise`
+    /// (`direct` with sparse weights) for a depthwise layer (see
+    /// [`Conv2d::new`]).
     pub fn kernel_name(&self) -> &'static str {
         match self.kernel {
             Kernel::Int8(_) => "gemm-int8",
+            Kernel::Depthwise(_) => "depthwise",
             Kernel::Direct(_) => "direct",
             Kernel::Gemm(_) => "gemm",
             Kernel::SpatialPack(_) => "spatial-pack",
@@ -307,6 +325,7 @@ impl Conv2d {
     /// One sample, inside the caller's thread pool.
     pub(crate) fn run_sample(&self, input: &[f32], out: &mut [f32], residual: Option<&[f32]>) {
         match &self.kernel {
+            Kernel::Depthwise(k) => k.run(input, out, &self.epi, residual),
             Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
             Kernel::Gemm(k) => k.run(input, out, &self.epi, residual),
             Kernel::SpatialPack(k) => k.run(input, out, &self.epi, residual),

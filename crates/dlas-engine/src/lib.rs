@@ -24,11 +24,13 @@
 
 pub mod config;
 pub mod conv;
+mod depthwise;
 mod direct;
 pub mod engine;
 pub mod epilogue;
 mod gemm;
 mod int8;
+mod isa;
 mod ops;
 pub mod schedule;
 mod sparse;

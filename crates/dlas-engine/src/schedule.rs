@@ -6,6 +6,8 @@
 //! the untuned point; a tuner searches the rest and relies on
 //! [`Schedule::validate`] to reject candidates before running them.
 
+use crate::gemm::tile_isa;
+use crate::isa::Isa;
 use crate::workload::Workload;
 
 /// Which loop of a kernel is split across the thread pool.
@@ -39,7 +41,8 @@ impl Default for DirectSchedule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GemmSchedule {
     pub mr: usize,
-    /// A multiple of the vector width (8 f32 lanes on AVX2).
+    /// A multiple of the vector width (8 f32 lanes on AVX2; a multiple of
+    /// 16 runs on AVX-512 where the CPU has it).
     pub nr: usize,
     pub kc: usize,
     pub mc: usize,
@@ -48,12 +51,19 @@ pub struct GemmSchedule {
 }
 
 impl Default for GemmSchedule {
+    /// The untuned point of this CPU: a 6x16 tile (12 AVX2 accumulators)
+    /// or, with AVX-512, 12x32 (24 of its 32 registers), with the largest
+    /// `kc` whose B panel fits the L1 budget.
     fn default() -> Self {
+        let (mr, nr, kc) = match Isa::detect() {
+            Isa::Avx512 => (12, 32, 128),
+            Isa::Avx2 | Isa::Portable => (6, 16, 256),
+        };
         GemmSchedule {
-            mr: 6,
-            nr: 16,
-            kc: 256,
-            mc: 72,
+            mr,
+            nr,
+            kc,
+            mc: 8 * mr,
             nc: 256,
             parallel: ParallelLoop::OutputChannels,
         }
@@ -99,10 +109,22 @@ pub struct InvalidSchedule {
 }
 
 /// Register tiles the GEMM microkernel is compiled for (rows, columns).
-pub const GEMM_TILES: &[(usize, usize)] = &[(6, 16), (4, 24), (8, 8), (4, 16), (4, 8)];
+/// Tiles with a multiple of 16 columns run on AVX-512 where the CPU has it;
+/// the last three need its 32 registers, so `validate` rejects them on a
+/// CPU with AVX2 only.
+pub const GEMM_TILES: &[(usize, usize)] = &[
+    (6, 16),
+    (4, 24),
+    (8, 8),
+    (4, 16),
+    (4, 8),
+    (12, 32),
+    (6, 64),
+    (8, 48),
+];
 /// Output-channel vector widths spatial pack is compiled for.
 pub const SPATIAL_PACK_VC: &[usize] = &[4, 8, 16];
-/// Floats per AVX2 register.
+/// Floats per AVX2 register (spatial pack's kernels are AVX2).
 const LANES: usize = 8;
 /// Vector registers on x86-64 with AVX2.
 const REGISTERS: usize = 16;
@@ -149,9 +171,15 @@ impl Schedule {
                         s.mr, s.nr
                     ));
                 }
-                let registers = s.mr * s.nr / LANES + s.nr / LANES + 1;
-                if registers > REGISTERS {
-                    return reject(format!("the tile needs {registers} vector registers"));
+                // Accumulators, one row of B, one broadcast of A.
+                let isa = tile_isa(s.nr, Isa::detect());
+                let vectors = s.nr.div_ceil(isa.lanes());
+                let registers = s.mr * vectors + vectors + 1;
+                if registers > isa.registers() {
+                    return reject(format!(
+                        "the tile needs {registers} vector registers ({} on this CPU)",
+                        isa.registers()
+                    ));
                 }
                 if s.kc == 0 || s.mc == 0 || s.nc == 0 {
                     return reject("blocks must be positive".into());

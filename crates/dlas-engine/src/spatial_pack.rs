@@ -5,7 +5,8 @@
 //! The sparse variant packs the input tile by tile and runs the block-sparse
 //! SpMM kernel over the tiles (see `run_sparse`).
 
-use crate::epilogue::{Activation, Epilogue, SyncPtr, has_avx2_fma, madd};
+use crate::epilogue::{Activation, Epilogue, SyncPtr};
+use crate::isa::{has_avx2_fma, madd};
 use crate::gemm::{pack_columns, sparse_gemm, strip};
 use crate::schedule::{GemmSchedule, ParallelLoop, SpatialPackSchedule};
 use crate::sparse::BlockSparse;
