@@ -285,3 +285,35 @@ unsafe fn row_avx2(r: Row<'_>, o: &mut [f32], fused: Fused, res: Option<&[f32]>)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{self, F32_TOLERANCE};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every instruction set the CPU has, every row blocking, fused
+        /// and unfused epilogues.
+        #[test]
+        fn every_isa_matches_reference(
+            w in testing::depthwise_workload(),
+            row_block in 1usize..5,
+            act in testing::activation(),
+            residual in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let weights = testing::weights(&w, seed);
+            let s = DirectSchedule { oc_block: 1, row_block };
+            for isa in Isa::available() {
+                let conv = DepthwiseConv::new(w, s, &weights, isa);
+                let e = testing::error(&w, &weights, (act, residual, seed), |x, y, epi, r| {
+                    conv.run(x, y, epi, r)
+                });
+                prop_assert!(e < F32_TOLERANCE, "{isa:?} {w}: error {e}");
+            }
+        }
+    }
+}

@@ -35,6 +35,8 @@ mod ops;
 pub mod schedule;
 mod sparse;
 mod spatial_pack;
+#[cfg(test)]
+mod testing;
 mod weights;
 pub mod workload;
 

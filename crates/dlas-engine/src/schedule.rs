@@ -132,6 +132,14 @@ const REGISTERS: usize = 16;
 const L1_BUDGET: usize = 16 * 1024;
 const L2_BUDGET: usize = 256 * 1024;
 
+/// Vector registers an `mr` x `nr` GEMM tile needs (accumulators, one row
+/// of B, one broadcast of A) and has, with the kernels of `isa`.
+pub(crate) fn tile_registers(mr: usize, nr: usize, isa: Isa) -> (usize, usize) {
+    let isa = tile_isa(nr, isa);
+    let vectors = nr.div_ceil(isa.lanes());
+    (mr * vectors + vectors + 1, isa.registers())
+}
+
 impl Schedule {
     /// The untuned schedule of the algorithm `self` belongs to.
     pub fn algorithm_name(&self) -> &'static str {
@@ -171,14 +179,10 @@ impl Schedule {
                         s.mr, s.nr
                     ));
                 }
-                // Accumulators, one row of B, one broadcast of A.
-                let isa = tile_isa(s.nr, Isa::detect());
-                let vectors = s.nr.div_ceil(isa.lanes());
-                let registers = s.mr * vectors + vectors + 1;
-                if registers > isa.registers() {
+                let (needed, available) = tile_registers(s.mr, s.nr, Isa::detect());
+                if needed > available {
                     return reject(format!(
-                        "the tile needs {registers} vector registers ({} on this CPU)",
-                        isa.registers()
+                        "the tile needs {needed} vector registers ({available} on this CPU)"
                     ));
                 }
                 if s.kc == 0 || s.mc == 0 || s.nc == 0 {

@@ -469,3 +469,43 @@ impl GemmConv {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{GEMM_TILES, tile_registers};
+    use crate::testing::{self, F32_TOLERANCE};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The dense NCHW GEMM with every tile on every instruction set
+        /// the CPU has, both parallel loops, fused and unfused finishing.
+        #[test]
+        fn every_isa_and_tile_matches_reference(
+            w in testing::dense_workload(),
+            tile in 0..GEMM_TILES.len(),
+            (kc, mc, nc) in (1usize..5, 1usize..4, 1usize..4),
+            parallel in prop_oneof![Just(ParallelLoop::OutputChannels), Just(ParallelLoop::Spatial)],
+            act in testing::activation(),
+            residual in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let (mr, nr) = GEMM_TILES[tile];
+            let s = GemmSchedule { mr, nr, kc: 8 * kc, mc: mr * mc, nc: nr * nc, parallel };
+            let weights = testing::weights(&w, seed);
+            for isa in Isa::available() {
+                let (needed, available) = tile_registers(mr, nr, isa);
+                if needed > available {
+                    continue;
+                }
+                let conv = GemmConv::new(w, s, &weights, None, (false, false), isa);
+                let e = testing::error(&w, &weights, (act, residual, seed), |x, y, epi, r| {
+                    conv.run(x, y, epi, r)
+                });
+                prop_assert!(e < F32_TOLERANCE, "{isa:?} {s:?} {w}: error {e}");
+            }
+        }
+    }
+}
