@@ -46,7 +46,8 @@ pub const BSR_FILL: f64 = 0.6;
 /// valid (tiles no larger than the output, register blocks inside a group)
 /// and, for gemm, so that the parallel loop has work for `threads` threads:
 /// it parallelises the dimension with more blocks, and shrinks that
-/// dimension's block when neither has two per thread.
+/// dimension's block when neither has two per thread. On AVX-512, a GEMM
+/// whose C has at most 16 columns takes the 8 x 16 tile.
 pub fn default_schedule(
     algorithm: Algorithm,
     w: &Workload,
@@ -62,13 +63,18 @@ pub fn default_schedule(
             })
         }
         Algorithm::Gemm => {
-            let d = GemmSchedule::default();
             // Rows of C are output channels in NCHW, pixels in NHWC.
             let (m, n) = if nhwc {
                 (w.out_pixels(), w.out_channels_per_group())
             } else {
                 (w.out_channels_per_group(), w.out_pixels())
             };
+            let mut d = GemmSchedule::default();
+            if Isa::detect() == Isa::Avx512 && n <= 16 {
+                // Half of a 32-column tile would be padding: 8 x 16 keeps
+                // its 8 accumulators (one per FMA in flight) busy instead.
+                (d.mr, d.nr, d.kc, d.mc) = (8, 16, 256, 64);
+            }
             let want = 2 * threads;
             let (mut mc, mut nc) = (d.mc, d.nc);
             let rows_parallel = m.div_ceil(mc) >= n.div_ceil(nc);

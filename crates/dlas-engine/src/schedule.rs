@@ -110,7 +110,7 @@ pub struct InvalidSchedule {
 
 /// Register tiles the GEMM microkernel is compiled for (rows, columns).
 /// Tiles with a multiple of 16 columns run on AVX-512 where the CPU has it;
-/// the last three need its 32 registers, so `validate` rejects them on a
+/// the last four need its 32 registers, so `validate` rejects them on a
 /// CPU with AVX2 only.
 pub const GEMM_TILES: &[(usize, usize)] = &[
     (6, 16),
@@ -121,6 +121,7 @@ pub const GEMM_TILES: &[(usize, usize)] = &[
     (12, 32),
     (6, 64),
     (8, 48),
+    (8, 16),
 ];
 /// Output-channel vector widths spatial pack is compiled for.
 pub const SPATIAL_PACK_VC: &[usize] = &[4, 8, 16];

@@ -86,6 +86,15 @@ pub(crate) fn weights(w: &Workload, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// `weights` with a random `fraction` of them zeroed.
+pub(crate) fn sparsify(weights: &[f32], fraction: f64, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x2e40);
+    weights
+        .iter()
+        .map(|&v| if rng.random::<f64>() < fraction { 0.0 } else { v })
+        .collect()
+}
+
 /// Runs one sample through `run(input, out, epilogue, residual)` on a
 /// two-thread pool (an input, bias and, if `with_residual`, residual drawn
 /// from `seed`) and returns its relative L2 error against the f64 reference

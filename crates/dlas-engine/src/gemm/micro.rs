@@ -42,7 +42,7 @@ pub(crate) struct Store {
 /// then stored by `st`.
 ///
 /// # Safety
-/// `a` holds `k * MR` floats; each of the `k` rows of B holds `NR` readable
+/// `k` >= 1; `a` holds `k * MR` floats; each of the `k` rows of B holds `NR` readable
 /// floats; C (and the residual) hold `st.rows` rows of `st.cols` floats at
 /// row stride `st.ldc` that no other thread accesses meanwhile; `bias`
 /// holds `st.rows` floats; the CPU runs the kernel's instruction set.
@@ -74,7 +74,8 @@ pub(crate) fn microkernel(mr: usize, nr: usize, isa: Isa) -> Micro {
         (4, 8),
         (12, 32),
         (6, 64),
-        (8, 48)
+        (8, 48),
+        (8, 16)
     )
 }
 
@@ -120,13 +121,15 @@ unsafe fn avx512<const MR: usize, const NV: usize>(
     // the k rows of the A panel and of B, and every C, residual and bias
     // access is masked to the tile's valid rows and columns.
     unsafe {
-        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-        let (mut a, mut b) = (a, b);
-        for _ in 0..k {
-            let mut bv = [_mm512_setzero_ps(); NV];
-            for (v, x) in bv.iter_mut().enumerate() {
-                *x = _mm512_loadu_ps(b.add(16 * v));
-            }
+        // The first step initialises the accumulators (no zeroing pass).
+        let bv: [_; NV] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(16 * v)));
+        let mut acc: [[_; NV]; MR] = std::array::from_fn(|i| {
+            let av = _mm512_set1_ps(*a.add(i));
+            std::array::from_fn(|v| _mm512_mul_ps(av, bv[v]))
+        });
+        let (mut a, mut b) = (a.add(MR), b.add(ldb));
+        for _ in 1..k {
+            let bv: [_; NV] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(16 * v)));
             for (i, row) in acc.iter_mut().enumerate() {
                 let av = _mm512_set1_ps(*a.add(i));
                 for (x, bx) in row.iter_mut().zip(&bv) {
@@ -180,13 +183,15 @@ unsafe fn avx2<const MR: usize, const NV: usize>(
     // SAFETY: as for `avx512`; partial vectors use vmaskmovps, which does
     // not touch masked-out elements.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
-        let (mut a, mut b) = (a, b);
-        for _ in 0..k {
-            let mut bv = [_mm256_setzero_ps(); NV];
-            for (v, x) in bv.iter_mut().enumerate() {
-                *x = _mm256_loadu_ps(b.add(8 * v));
-            }
+        // The first step initialises the accumulators (no zeroing pass).
+        let bv: [_; NV] = std::array::from_fn(|v| _mm256_loadu_ps(b.add(8 * v)));
+        let mut acc: [[_; NV]; MR] = std::array::from_fn(|i| {
+            let av = _mm256_set1_ps(*a.add(i));
+            std::array::from_fn(|v| _mm256_mul_ps(av, bv[v]))
+        });
+        let (mut a, mut b) = (a.add(MR), b.add(ldb));
+        for _ in 1..k {
+            let bv: [_; NV] = std::array::from_fn(|v| _mm256_loadu_ps(b.add(8 * v)));
             for (i, row) in acc.iter_mut().enumerate() {
                 let av = _mm256_set1_ps(*a.add(i));
                 for (x, bx) in row.iter_mut().zip(&bv) {

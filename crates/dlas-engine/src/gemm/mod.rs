@@ -464,7 +464,7 @@ impl GemmConv {
                 // weight row of the task streams over it.
                 let krows = red.next_multiple_of(m.c);
                 let b = pack_im2col(input, w, g, strip(m.r, pix), krows);
-                sparse_gemm(&self.s, m, &b, krows, pix, g * ocg, c, epi, residual);
+                sparse_gemm(&self.s, m, &b, krows, pix, g * ocg, c, epi, residual, self.isa);
             }),
         }
     }
@@ -505,6 +505,30 @@ mod tests {
                     conv.run(x, y, epi, r)
                 });
                 prop_assert!(e < F32_TOLERANCE, "{isa:?} {s:?} {w}: error {e}");
+            }
+        }
+
+        /// The block-sparse GEMM on every instruction set the CPU has, for
+        /// every block shape the engine accepts.
+        #[test]
+        fn sparse_on_every_isa_matches_reference(
+            w in testing::dense_workload(),
+            blocks in (prop_oneof![Just(1usize), Just(2), Just(4), Just(8)], 1usize..=16),
+            sparsity in 0.0f64..0.97,
+            (mc, nc) in (1usize..40, 1usize..80),
+            parallel in prop_oneof![Just(ParallelLoop::OutputChannels), Just(ParallelLoop::Spatial)],
+            act in testing::activation(),
+            residual in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let s = GemmSchedule { mc, nc, parallel, ..GemmSchedule::default() };
+            let weights = testing::sparsify(&testing::weights(&w, seed), sparsity, seed);
+            for isa in Isa::available() {
+                let conv = GemmConv::new(w, s, &weights, Some(blocks), (false, false), isa);
+                let e = testing::error(&w, &weights, (act, residual, seed), |x, y, epi, r| {
+                    conv.run(x, y, epi, r)
+                });
+                prop_assert!(e < F32_TOLERANCE, "{isa:?} {blocks:?} {s:?} {w}: error {e}");
             }
         }
     }

@@ -3,7 +3,7 @@
 //! the work is proportional to the stored blocks.
 
 use crate::epilogue::{Epilogue, SyncPtr};
-use crate::isa::{has_avx2_fma, madd};
+use crate::isa::{Isa, madd};
 use crate::schedule::{GemmSchedule, ParallelLoop};
 use crate::sparse::BlockSparse;
 use rayon::prelude::*;
@@ -31,9 +31,10 @@ pub(crate) fn sparse_gemm(
     c: SyncPtr,
     epi: &Epilogue,
     residual: Option<&[f32]>,
+    isa: Isa,
 ) {
     let sw = strip(m.r, n);
-    let task = sparse_task(m.r, sw);
+    let task = sparse_task(m.r, sw, isa);
     let rows_per_task = (s.mc / m.r).max(1);
     let (row_chunks, col_chunks) = (m.block_rows().div_ceil(rows_per_task), n.div_ceil(s.nc));
     let run = |i: usize, j: usize| {
@@ -74,10 +75,11 @@ pub(crate) fn sparse_gemm(
 type SparseTask = unsafe fn(&BlockSparse, usize, &[f32], usize, usize, usize, SyncPtr, usize);
 
 /// One block row of C times one packed panel of B, stored to columns
-/// lo..hi (inside the panel).
+/// lo..hi (inside the panel). Strips with fewer than `WIDE` accumulators
+/// take one-column blocks two at a time into two accumulator sets.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool>(
+unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool, const WIDE: usize>(
     m: &BlockSparse,
     br: usize,
     panel: &[f32],
@@ -91,9 +93,10 @@ unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool>(
     let skip = lo % S;
     let mut acc = [[0.0f32; S]; R];
     let blocks = m.row_ptr[br]..m.row_ptr[br + 1];
-    if m.c == 1 && R * S >= 64 {
-        // Blocks one column wide with a full strip: 8 independent chains
-        // already, a tight loop over (column, R values).
+    if m.c == 1 && R * S >= WIDE {
+        // Blocks one column wide with a strip of `WIDE` accumulators (8
+        // vector registers): 8 independent chains already, a tight loop
+        // over (column, R values).
         let cols = &m.block_cols[blocks.clone()];
         let vals = &m.values[blocks.start * R..blocks.end * R];
         for (&k, v) in cols.iter().zip(vals.chunks_exact(R)) {
@@ -165,44 +168,81 @@ unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool>(
     }
 }
 
-macro_rules! sparse_versions {
-    ($(($r:literal, $s:literal) => $avx:ident, $port:ident;)*) => {
-        $(
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2,fma")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn $avx(m: &BlockSparse, br: usize, panel: &[f32], lo: usize, hi: usize, oc0: usize, c: SyncPtr, ldc: usize) {
-                // SAFETY: forwarded from the caller.
-                unsafe { sparse_body::<$r, $s, true>(m, br, panel, lo, hi, oc0, c, ldc) }
-            }
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn $port(m: &BlockSparse, br: usize, panel: &[f32], lo: usize, hi: usize, oc0: usize, c: SyncPtr, ldc: usize) {
-                // SAFETY: forwarded from the caller.
-                unsafe { sparse_body::<$r, $s, false>(m, br, panel, lo, hi, oc0, c, ldc) }
-            }
-        )*
-        fn sparse_task(r: usize, s: usize) -> SparseTask {
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn avx512<const R: usize, const S: usize>(
+    m: &BlockSparse,
+    br: usize,
+    panel: &[f32],
+    lo: usize,
+    hi: usize,
+    oc0: usize,
+    c: SyncPtr,
+    ldc: usize,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { sparse_body::<R, S, true, 128>(m, br, panel, lo, hi, oc0, c, ldc) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn avx2<const R: usize, const S: usize>(
+    m: &BlockSparse,
+    br: usize,
+    panel: &[f32],
+    lo: usize,
+    hi: usize,
+    oc0: usize,
+    c: SyncPtr,
+    ldc: usize,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { sparse_body::<R, S, true, 64>(m, br, panel, lo, hi, oc0, c, ldc) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn portable<const R: usize, const S: usize>(
+    m: &BlockSparse,
+    br: usize,
+    panel: &[f32],
+    lo: usize,
+    hi: usize,
+    oc0: usize,
+    c: SyncPtr,
+    ldc: usize,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { sparse_body::<R, S, false, 64>(m, br, panel, lo, hi, oc0, c, ldc) }
+}
+
+/// The kernel for blocks of `r` rows and strips of `s` columns on `isa`.
+fn sparse_task(r: usize, s: usize, isa: Isa) -> SparseTask {
+    macro_rules! pick {
+        ($(($r:literal, $s:literal)),*) => {
             match (r, s) {
                 $(
                     #[cfg(target_arch = "x86_64")]
-                    ($r, $s) if has_avx2_fma() => $avx,
-                    ($r, $s) => $port,
+                    ($r, $s) if isa == Isa::Avx512 => avx512::<$r, $s>,
+                    #[cfg(target_arch = "x86_64")]
+                    ($r, $s) if isa == Isa::Avx2 => avx2::<$r, $s>,
+                    ($r, $s) => portable::<$r, $s>,
                 )*
                 _ => unreachable!("block rows are validated at load and strips come from `strip`"),
             }
-        }
-    };
-}
-
-sparse_versions! {
-    (1, 8) => sparse_avx2_1_8, sparse_portable_1_8;
-    (1, 16) => sparse_avx2_1_16, sparse_portable_1_16;
-    (1, 32) => sparse_avx2_1_32, sparse_portable_1_32;
-    (1, 64) => sparse_avx2_1_64, sparse_portable_1_64;
-    (2, 8) => sparse_avx2_2_8, sparse_portable_2_8;
-    (2, 16) => sparse_avx2_2_16, sparse_portable_2_16;
-    (2, 32) => sparse_avx2_2_32, sparse_portable_2_32;
-    (4, 8) => sparse_avx2_4_8, sparse_portable_4_8;
-    (4, 16) => sparse_avx2_4_16, sparse_portable_4_16;
-    (8, 8) => sparse_avx2_8_8, sparse_portable_8_8;
+        };
+    }
+    pick!(
+        (1, 8),
+        (1, 16),
+        (1, 32),
+        (1, 64),
+        (2, 8),
+        (2, 16),
+        (2, 32),
+        (4, 8),
+        (4, 16),
+        (8, 8)
+    )
 }
