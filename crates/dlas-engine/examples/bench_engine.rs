@@ -1,14 +1,16 @@
-//! Engine benchmark: this machine's fp32 FMA peak, then GFLOP/s and % of
-//! peak per layer of ResNet-18 (CIFAR-10) and per network for every
-//! algorithm, and dense vs CSR vs BSR at 90% sparsity (unstructured, and
+//! Engine benchmark: this machine's fp32 FMA peak (with the widest FMA the
+//! kernels use), then GFLOP/s and % of peak per layer of ResNet-18
+//! (CIFAR-10) and per network for every algorithm, MobileNetV2's time by
+//! layer kind, and dense vs CSR vs BSR at 90% sparsity (unstructured, and
 //! pruned in the BSR block shape).
 //!
 //! cargo run --release -p dlas-engine --example bench_engine [-- runs [section...]]
-//! sections: layers, networks, dtypes, sparse (default: all)
+//! sections: layers, networks, mobilenet, dtypes, sparse (default: all)
 
 use dlas_core::{Algorithm, Dataset};
 use dlas_engine::{
     Conv2d, DType, Engine, EngineConfig, FormatChoice, GemmSchedule, ParallelLoop, Schedule,
+    Workload,
 };
 use dlas_zoo::weights::{Weights, generate, input};
 use rand::{Rng, SeedableRng};
@@ -17,13 +19,31 @@ use std::time::Instant;
 const THREADS: usize = 2;
 const ALGORITHMS: [Algorithm; 3] = [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack];
 
-/// FMAs per thread for the peak measurement.
+/// Independent FMA chains per thread: more than latency (4) x ports (2).
+const CHAINS: usize = 12;
+
+/// `iters` rounds of CHAINS AVX-512 FMAs (16 lanes each).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fma_loop_avx512(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_set1_ps(1.0); CHAINS];
+    let a = _mm512_set1_ps(0.999_999);
+    let b = _mm512_set1_ps(1e-7);
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, a, b);
+        }
+    }
+    acc.iter().map(|&x| _mm512_reduce_add_ps(x)).sum()
+}
+
+/// `iters` rounds of CHAINS AVX2 FMAs (8 lanes each).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn fma_loop(iters: u64) -> f32 {
+fn fma_loop_avx2(iters: u64) -> f32 {
     use std::arch::x86_64::*;
-    // 12 independent accumulators: more than latency (4) x ports (2) = 8 chains.
-    let mut acc = [_mm256_set1_ps(1.0); 12];
+    let mut acc = [_mm256_set1_ps(1.0); CHAINS];
     let a = _mm256_set1_ps(0.999_999);
     let b = _mm256_set1_ps(1e-7);
     for _ in 0..iters {
@@ -41,24 +61,48 @@ fn fma_loop(iters: u64) -> f32 {
     out.iter().sum()
 }
 
-/// Peak fp32 GFLOP/s of `threads` threads running FMAs back to back.
+/// The widest FMA the engine's kernels use on this CPU: its name and f32
+/// lanes, or None without FMA.
+fn fma_width() -> Option<(&'static str, usize)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+        if avx2 && std::is_x86_feature_detected!("avx512f") {
+            return Some(("AVX-512", 16));
+        }
+        if avx2 {
+            return Some(("AVX2", 8));
+        }
+    }
+    None
+}
+
+/// Peak fp32 GFLOP/s of `threads` threads running the engine's widest FMAs
+/// back to back.
 fn peak_gflops(threads: usize) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        let iters = 200_000_000u64;
+    if let Some((_, lanes)) = fma_width() {
+        let iters = if lanes == 16 { 100_000_000u64 } else { 200_000_000 };
         let start = Instant::now();
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 std::thread::spawn(move || {
-                    // SAFETY: AVX2 and FMA were detected.
-                    std::hint::black_box(unsafe { fma_loop(std::hint::black_box(iters)) })
+                    let iters = std::hint::black_box(iters);
+                    // SAFETY: fma_width detected the instruction set.
+                    std::hint::black_box(unsafe {
+                        if lanes == 16 {
+                            fma_loop_avx512(iters)
+                        } else {
+                            fma_loop_avx2(iters)
+                        }
+                    })
                 })
             })
             .collect();
         for h in handles {
             h.join().unwrap();
         }
-        let flops = threads as f64 * iters as f64 * 12.0 * 8.0 * 2.0;
+        let flops = threads as f64 * iters as f64 * (CHAINS * lanes * 2) as f64;
         return flops / start.elapsed().as_secs_f64() / 1e9;
     }
     f64::NAN
@@ -88,27 +132,30 @@ fn config(algorithm: Algorithm, format: FormatChoice) -> EngineConfig {
     }
 }
 
-/// Gemm schedules tried per layer: the untuned default and a few others.
-fn gemm_candidates() -> Vec<Schedule> {
+/// Gemm schedules tried per layer: every register tile this CPU runs, both
+/// parallel loops, three cache blockings (those that `validate` accepts).
+fn gemm_candidates(w: &Workload) -> Vec<Schedule> {
     let mut v = vec![];
-    for (mr, nr) in [(6, 16), (4, 24)] {
+    for &(mr, nr) in dlas_engine::schedule::GEMM_TILES {
         for parallel in [ParallelLoop::OutputChannels, ParallelLoop::Spatial] {
             for (mc, nc) in [(mr * 8, nr * 16), (mr * 4, nr * 4), (mr * 2, nr * 32)] {
+                // The largest kc whose B panel fits the schedule's L1 budget.
+                let kc = (4096 / nr).min(256);
                 v.push(Schedule::Gemm(GemmSchedule {
                     mr,
                     nr,
-                    kc: 256,
+                    kc,
                     mc,
                     nc,
                     parallel,
                 }));
+                v.retain(|s| s.validate(w).is_ok());
             }
         }
     }
     v
 }
 
-/// Zeroes a random 90% of every 3x3 convolution's weights.
 /// Zeroes a random `sparsity` fraction of the `r` x `c` blocks of every 3x3
 /// convolution's (out, in * 9) weight matrix; 1x1 blocks is unstructured.
 fn prune(
@@ -153,7 +200,8 @@ fn main() -> anyhow::Result<()> {
     // Best of three: the machine may be shared, and a peak is a maximum.
     let peak = (0..3).map(|_| peak_gflops(THREADS)).fold(0.0, f64::max);
     println!(
-        "fp32 FMA peak, {THREADS} threads: {peak:.1} GFLOP/s (single thread {:.1})\n",
+        "fp32 FMA peak ({}), {THREADS} threads: {peak:.1} GFLOP/s (single thread {:.1})\n",
+        fma_width().map_or("none", |w| w.0),
         peak_gflops(1)
     );
 
@@ -166,7 +214,7 @@ fn main() -> anyhow::Result<()> {
     if want("layers") {
         println!(
             "ResNet-18 CIFAR-10 layers, batch 1, {THREADS} threads: GFLOP/s (% of peak); gemm* = best of {} gemm schedules",
-            gemm_candidates().len()
+            gemm_candidates(engines[0].layers().next().expect("a layer").workload()).len()
         );
         println!(
             "{:<34} {:>14} {:>14} {:>14} {:>14}",
@@ -192,9 +240,8 @@ fn main() -> anyhow::Result<()> {
             let wt: Vec<f32> = (0..w.out_channels * w.reduction())
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
-            let best = gemm_candidates()
+            let best = gemm_candidates(&w)
                 .into_iter()
-                .filter(|s| s.validate(&w).is_ok())
                 .map(|s| {
                     let c = Conv2d::new(
                         w,
@@ -245,6 +292,50 @@ fn main() -> anyhow::Result<()> {
             }
             println!("{row}");
         }
+    }
+
+    if want("mobilenet") {
+        // Where MobileNetV2's time goes: its layers by kind, each timed alone.
+        let g = (dlas_zoo::find(Dataset::Imagenet, "mobilenetv2")?.build)();
+        let e = Engine::compile(&g, &generate(&g, 1), &config(Algorithm::Gemm, FormatChoice::Dense))?;
+        let x = input(&g, 1, 1);
+        let whole = median(runs, || {
+            std::hint::black_box(e.run(&x, 1).unwrap());
+        });
+        println!("\nMobileNetV2 ImageNet with gemm, batch 1, {THREADS} threads, layers timed alone: ms (GFLOP/s)");
+        let mut kinds: Vec<(&str, usize, f64, f64)> = Vec::new();
+        for layer in e.layers() {
+            let w = *layer.workload();
+            let kind = match (w.groups, w.kernel) {
+                (g, _) if g > 1 && g == w.in_channels => "depthwise",
+                (_, 1) => "pointwise (1x1, linear)",
+                _ => "other",
+            };
+            let x: Vec<f32> = (0..w.in_len())
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let t = median(runs, || {
+                std::hint::black_box(layer.run(&pool, &x, 1));
+            });
+            match kinds.iter_mut().find(|k| k.0 == kind) {
+                Some(k) => (k.1, k.2, k.3) = (k.1 + 1, k.2 + t, k.3 + w.flops() as f64),
+                None => kinds.push((kind, 1, t, w.flops() as f64)),
+            }
+        }
+        for (kind, n, t, flops) in &kinds {
+            println!(
+                "{kind:<24} {n:>3} layers {:>8.2} ms ({:.1})",
+                t * 1e3,
+                flops / t / 1e9
+            );
+        }
+        let layers: f64 = kinds.iter().map(|k| k.2).sum();
+        println!(
+            "{:<24}            {:>8.2} ms (whole network; the rest is other operators and overhead)",
+            "network",
+            whole * 1e3
+        );
+        println!("{:<24}            {:>8.2} ms", "sum of layers", layers * 1e3);
     }
 
     if want("dtypes") {

@@ -35,7 +35,10 @@ pub enum DType {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
-    /// Threads of the engine's own pool (never the global rayon pool).
+    /// Threads of the engine's own pool (never the global rayon pool);
+    /// the default is one per physical core, as in the study (hyperthreads
+    /// share a core's FMA units, so a second thread per core adds
+    /// contention, not arithmetic).
     pub threads: usize,
     /// One algorithm for every convolution, like the study's axis.
     pub algorithm: Algorithm,
@@ -52,7 +55,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: num_cpus::get_physical(),
             algorithm: Algorithm::Gemm,
             format: FormatChoice::Auto,
             layout: Layout::Nchw,

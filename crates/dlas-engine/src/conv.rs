@@ -2,10 +2,12 @@
 //! chosen algorithm with weights packed for it at load.
 
 use crate::config::{ConfigError, DType, EngineConfig, FormatChoice};
+use crate::depthwise::{self, DepthwiseConv};
 use crate::direct::DirectConv;
 use crate::epilogue::{Activation, Epilogue};
 use crate::gemm::GemmConv;
 use crate::int8::Int8Conv;
+use crate::isa::Isa;
 use crate::schedule::{DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule};
 use crate::sparse::{block_fill, density};
 use crate::spatial_pack::SpatialPackConv;
@@ -16,6 +18,7 @@ use dlas_zoo::quant::ActivationQuant;
 #[derive(Debug, Clone)]
 enum Kernel {
     Int8(Int8Conv),
+    Depthwise(DepthwiseConv),
     Direct(DirectConv),
     Gemm(GemmConv),
     SpatialPack(SpatialPackConv),
@@ -43,7 +46,8 @@ pub const BSR_FILL: f64 = 0.6;
 /// valid (tiles no larger than the output, register blocks inside a group)
 /// and, for gemm, so that the parallel loop has work for `threads` threads:
 /// it parallelises the dimension with more blocks, and shrinks that
-/// dimension's block when neither has two per thread.
+/// dimension's block when neither has two per thread. On AVX-512, a GEMM
+/// whose C has at most 16 columns takes the 8 x 16 tile.
 pub fn default_schedule(
     algorithm: Algorithm,
     w: &Workload,
@@ -59,13 +63,18 @@ pub fn default_schedule(
             })
         }
         Algorithm::Gemm => {
-            let d = GemmSchedule::default();
             // Rows of C are output channels in NCHW, pixels in NHWC.
             let (m, n) = if nhwc {
                 (w.out_pixels(), w.out_channels_per_group())
             } else {
                 (w.out_channels_per_group(), w.out_pixels())
             };
+            let mut d = GemmSchedule::default();
+            if Isa::detect() == Isa::Avx512 && n <= 16 {
+                // Half of a 32-column tile would be padding: 8 x 16 keeps
+                // its 8 accumulators (one per FMA in flight) busy instead.
+                (d.mr, d.nr, d.kc, d.mc) = (8, 16, 256, 64);
+            }
             let want = 2 * threads;
             let (mut mc, mut nc) = (d.mc, d.nc);
             let rows_parallel = m.div_ceil(mc) >= n.div_ceil(nc);
@@ -170,7 +179,7 @@ pub(crate) fn kernel_algorithm(
 impl Conv2d {
     /// Packs `weights` ((out, in / groups, k, k) row-major, BN already
     /// folded) for the algorithm, format, layout and schedule of `config`.
-    /// Depthwise fp32 NCHW layers use the sliding-window kernel whatever
+    /// Depthwise fp32 NCHW layers use the depthwise stencil kernel whatever
     /// the algorithm (a GEMM of one row has nothing to block).
     pub fn new(
         workload: Workload,
@@ -199,17 +208,39 @@ impl Conv2d {
         let nhwc = config.layout == Layout::Nhwc;
         let half = config.dtype == DType::F16;
         schedule.validate(&w)?;
+        // A depthwise layer (one input and one output channel per group) is
+        // a stack of 2-D stencils; in fp32 NCHW every algorithm runs it as
+        // direct (see `kernel_algorithm`): with dense weights and kernels up to
+        // 7x7 the vectorised depthwise kernel, otherwise the sliding-window
+        // one. A direct schedule, tuned or given, drives both. `kernel_name`
+        // reports what ran.
+        let depthwise =
+            w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
+        let stencil = blocks.is_none() && w.kernel * w.kernel <= depthwise::MAX_TAPS;
         let kernel = match (kernel_algorithm(config, &w, blocks)?, schedule) {
-            // A depthwise layer under gemm or spatial pack (see
-            // `kernel_algorithm`) takes a direct schedule when one is given.
+            (Algorithm::Direct, schedule) if depthwise && !half && !nhwc => {
+                let s = match schedule {
+                    Schedule::Direct(s) => s,
+                    _ => DirectSchedule::default(),
+                };
+                if stencil {
+                    Kernel::Depthwise(DepthwiseConv::new(w, s, weights, Isa::detect()))
+                } else {
+                    Kernel::Direct(DirectConv::new(w, s, weights, blocks))
+                }
+            }
             (Algorithm::Direct, Schedule::Direct(s)) => {
                 Kernel::Direct(DirectConv::new(w, s, weights, blocks))
             }
-            (Algorithm::Direct, _) if config.algorithm != Algorithm::Direct => Kernel::Direct(
-                DirectConv::new(w, DirectSchedule::default(), weights, blocks),
-            ),
             (Algorithm::Gemm, Schedule::Gemm(s)) => {
-                Kernel::Gemm(GemmConv::new(w, s, weights, blocks, nhwc, half))
+                Kernel::Gemm(GemmConv::new(
+                    w,
+                    s,
+                    weights,
+                    blocks,
+                    (nhwc, half),
+                    Isa::detect(),
+                ))
             }
             (Algorithm::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, blocks))
@@ -281,11 +312,13 @@ impl Conv2d {
         })
     }
 
-    /// The kernel that runs this layer: the algorithm's, or `direct` for a
-    /// depthwise layer (see [`Conv2d::new`]).
+    /// The kernel that runs this layer: the algorithm's, or `depthwise`
+    /// (`direct` with sparse weights) for a depthwise layer (see
+    /// [`Conv2d::new`]).
     pub fn kernel_name(&self) -> &'static str {
         match self.kernel {
             Kernel::Int8(_) => "gemm-int8",
+            Kernel::Depthwise(_) => "depthwise",
             Kernel::Direct(_) => "direct",
             Kernel::Gemm(_) => "gemm",
             Kernel::SpatialPack(_) => "spatial-pack",
@@ -318,6 +351,7 @@ impl Conv2d {
     /// One sample, inside the caller's thread pool.
     pub(crate) fn run_sample(&self, input: &[f32], out: &mut [f32], residual: Option<&[f32]>) {
         match &self.kernel {
+            Kernel::Depthwise(k) => k.run(input, out, &self.epi, residual),
             Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
             Kernel::Gemm(k) => k.run(input, out, &self.epi, residual),
             Kernel::SpatialPack(k) => k.run(input, out, &self.epi, residual),

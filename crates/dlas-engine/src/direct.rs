@@ -5,7 +5,8 @@
 //! register block, one input vector per stored weight, so the kernel skips
 //! exactly the zeros the format dropped.
 
-use crate::epilogue::{Epilogue, SyncPtr, has_avx2_fma, madd};
+use crate::epilogue::{Epilogue, SyncPtr};
+use crate::isa::{has_avx2_fma, madd};
 use crate::schedule::DirectSchedule;
 use crate::weights::Rows;
 use crate::workload::Workload;

@@ -24,6 +24,18 @@ impl Activation {
             Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         }
     }
+
+    /// The activation as `min(max(x, lo), hi)` (`Some(None)`: the
+    /// identity), which a vector store applies in two instructions; `None`
+    /// for the activations that are not a clamp.
+    pub(crate) fn clamp(self) -> Option<Option<(f32, f32)>> {
+        match self {
+            Activation::Identity => Some(None),
+            Activation::Relu => Some(Some((0.0, f32::INFINITY))),
+            Activation::Relu6 => Some(Some((0.0, 6.0))),
+            Activation::Silu | Activation::Sigmoid => None,
+        }
+    }
 }
 
 /// `act(acc + bias[oc] + residual)`, in that order: ResNet adds the shortcut
@@ -108,24 +120,4 @@ impl SyncPtr {
         // SAFETY: guaranteed by the caller.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(offset), len) }
     }
-}
-
-/// Whether the AVX2 + FMA code paths can run on this CPU.
-#[inline]
-pub(crate) fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// `a * b + c`, fused when the caller was compiled with FMA (a libm call
-/// otherwise, which the portable paths avoid).
-#[inline(always)]
-pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FMA { a.mul_add(b, c) } else { a * b + c }
 }

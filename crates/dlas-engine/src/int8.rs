@@ -7,7 +7,8 @@
 //! is an exact 0; reduction indices are paired so the AVX2 inner loop is
 //! `vpmaddwd` (16 multiply-accumulates per instruction) into i32.
 
-use crate::epilogue::{Epilogue, has_avx2_fma};
+use crate::epilogue::Epilogue;
+use crate::isa::has_avx2_fma;
 use crate::gemm::pack_im2col_with;
 use crate::workload::Workload;
 use dlas_zoo::quant::ActivationQuant;

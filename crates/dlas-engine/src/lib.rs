@@ -24,16 +24,20 @@
 
 pub mod config;
 pub mod conv;
+mod depthwise;
 mod direct;
 pub mod engine;
 pub mod epilogue;
 mod gemm;
 mod int8;
+mod isa;
 mod ops;
 pub mod schedule;
 mod sparse;
 mod spatial_pack;
 pub mod tuning;
+#[cfg(test)]
+mod testing;
 mod weights;
 pub mod workload;
 

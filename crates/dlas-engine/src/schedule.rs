@@ -6,6 +6,8 @@
 //! the untuned point; a tuner searches the rest and relies on
 //! [`Schedule::validate`] to reject candidates before running them.
 
+use crate::gemm::tile_isa;
+use crate::isa::Isa;
 use crate::workload::Workload;
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +43,8 @@ impl Default for DirectSchedule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GemmSchedule {
     pub mr: usize,
-    /// A multiple of the vector width (8 f32 lanes on AVX2).
+    /// A multiple of the vector width (8 f32 lanes on AVX2; a multiple of
+    /// 16 runs on AVX-512 where the CPU has it).
     pub nr: usize,
     pub kc: usize,
     pub mc: usize,
@@ -50,12 +53,19 @@ pub struct GemmSchedule {
 }
 
 impl Default for GemmSchedule {
+    /// The untuned point of this CPU: a 6x16 tile (12 AVX2 accumulators)
+    /// or, with AVX-512, 12x32 (24 of its 32 registers), with the largest
+    /// `kc` whose B panel fits the L1 budget.
     fn default() -> Self {
+        let (mr, nr, kc) = match Isa::detect() {
+            Isa::Avx512 => (12, 32, 128),
+            Isa::Avx2 | Isa::Portable => (6, 16, 256),
+        };
         GemmSchedule {
-            mr: 6,
-            nr: 16,
-            kc: 256,
-            mc: 72,
+            mr,
+            nr,
+            kc,
+            mc: 8 * mr,
             nc: 256,
             parallel: ParallelLoop::OutputChannels,
         }
@@ -102,16 +112,37 @@ pub struct InvalidSchedule {
 }
 
 /// Register tiles the GEMM microkernel is compiled for (rows, columns).
-pub const GEMM_TILES: &[(usize, usize)] = &[(6, 16), (4, 24), (8, 8), (4, 16), (4, 8)];
+/// Tiles with a multiple of 16 columns run on AVX-512 where the CPU has it;
+/// the last four need its 32 registers, so `validate` rejects them on a
+/// CPU with AVX2 only.
+pub const GEMM_TILES: &[(usize, usize)] = &[
+    (6, 16),
+    (4, 24),
+    (8, 8),
+    (4, 16),
+    (4, 8),
+    (12, 32),
+    (6, 64),
+    (8, 48),
+    (8, 16),
+];
 /// Output-channel vector widths spatial pack is compiled for.
 pub const SPATIAL_PACK_VC: &[usize] = &[4, 8, 16];
-/// Floats per AVX2 register.
+/// Floats per AVX2 register (spatial pack's kernels are AVX2).
 const LANES: usize = 8;
 /// Vector registers on x86-64 with AVX2.
 const REGISTERS: usize = 16;
 /// Bytes of L1 data and L2 cache a block may occupy (half of 32 KiB, 512 KiB).
 const L1_BUDGET: usize = 16 * 1024;
 const L2_BUDGET: usize = 256 * 1024;
+
+/// Vector registers an `mr` x `nr` GEMM tile needs (accumulators, one row
+/// of B, one broadcast of A) and has, with the kernels of `isa`.
+pub(crate) fn tile_registers(mr: usize, nr: usize, isa: Isa) -> (usize, usize) {
+    let isa = tile_isa(nr, isa);
+    let vectors = nr.div_ceil(isa.lanes());
+    (mr * vectors + vectors + 1, isa.registers())
+}
 
 impl Schedule {
     /// The untuned schedule of the algorithm `self` belongs to.
@@ -152,9 +183,11 @@ impl Schedule {
                         s.mr, s.nr
                     ));
                 }
-                let registers = s.mr * s.nr / LANES + s.nr / LANES + 1;
-                if registers > REGISTERS {
-                    return reject(format!("the tile needs {registers} vector registers"));
+                let (needed, available) = tile_registers(s.mr, s.nr, Isa::detect());
+                if needed > available {
+                    return reject(format!(
+                        "the tile needs {needed} vector registers ({available} on this CPU)"
+                    ));
                 }
                 if s.kc == 0 || s.mc == 0 || s.nc == 0 {
                     return reject("blocks must be positive".into());

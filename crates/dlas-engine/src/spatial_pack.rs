@@ -5,7 +5,8 @@
 //! The sparse variant packs the input tile by tile and runs the block-sparse
 //! SpMM kernel over the tiles (see `run_sparse`).
 
-use crate::epilogue::{Activation, Epilogue, SyncPtr, has_avx2_fma, madd};
+use crate::epilogue::{Activation, Epilogue, SyncPtr};
+use crate::isa::{Isa, has_avx2_fma, madd};
 use crate::gemm::{pack_columns, sparse_gemm, strip};
 use crate::schedule::{GemmSchedule, ParallelLoop, SpatialPackSchedule};
 use crate::sparse::BlockSparse;
@@ -176,7 +177,7 @@ impl SpatialPackConv {
             let b = pack_columns(input, w, g, (sw, krows), columns, pixel, |x| x);
             let mut tiles = vec![0.0f32; ocg * columns];
             let c = SyncPtr::new(&mut tiles);
-            sparse_gemm(&schedule, m, &b, krows, columns, 0, c, &plain, None);
+            sparse_gemm(&schedule, m, &b, krows, columns, 0, c, &plain, None, Isa::detect());
             out[g * ocg * pix..(g + 1) * ocg * pix]
                 .par_chunks_mut(pix)
                 .zip(tiles.par_chunks(columns))

@@ -355,7 +355,7 @@ proptest! {
     #[test]
     fn every_valid_schedule_is_correct(
         c in case(),
-        knobs in (0usize..5, 1usize..5, 1usize..6, 0usize..3, 1usize..4, any::<bool>()),
+        knobs in (0..dlas_engine::schedule::GEMM_TILES.len(), 1usize..5, 1usize..6, 0usize..3, 1usize..4, any::<bool>()),
         sparse in any::<bool>(),
     ) {
         let (tile, a, b, vc, kc, par) = knobs;

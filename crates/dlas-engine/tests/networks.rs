@@ -57,6 +57,7 @@ fn check(graph: &Graph, configs: &[EngineConfig]) {
     let per_sample = want.len() / 2;
     for config in configs {
         let engine = Engine::compile(graph, &weights, config).unwrap();
+        let mut outputs = Vec::new();
         for batch in [1, 2] {
             let in_len = x.len() / 2 * batch;
             let got = engine.run(&x[..in_len], batch).unwrap();
@@ -68,7 +69,13 @@ fn check(graph: &Graph, configs: &[EngineConfig]) {
                 config.algorithm,
                 config.layout
             );
+            outputs.push(got);
         }
+        // The engine reuses activation buffers across runs, now holding
+        // the batch-2 run's values: a kernel that left any output value
+        // unwritten would change the result.
+        let again = engine.run(&x[..x.len() / 2], 1).unwrap();
+        assert_eq!(again, outputs[0], "{} {:?}: a rerun differs", graph.name, config.algorithm);
     }
 }
 

@@ -155,7 +155,8 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
 
 fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Result<ExitCode> {
     let threads = match args.threads.unwrap_or(study.protocol.threads) {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        // The protocol's 0: one thread per physical core.
+        0 => num_cpus::get_physical(),
         n => n,
     };
     let config = dlas_runner::HostConfig {

@@ -1,0 +1,376 @@
+//! Depthwise convolution (one input and one output channel per group),
+//! NCHW, dense weights: a stack of 2-D stencils, so the kernel slides each
+//! channel's k x k taps over its own plane, vectorised along output columns
+//! (four vectors at a time, masked at the row's end). Every algorithm runs
+//! depthwise layers with it: im2col would build a one-row GEMM per channel
+//! and spatial pack would fill one lane of each vector (TVM and XNNPACK
+//! special-case them the same way).
+//!
+//! Each task copies the input rows it needs into a zero-padded buffer, split
+//! by column phase for strides above 1 (phase r holds padded columns r,
+//! r + s, r + 2s, ...; stride 2 is split with vector permutes), so every tap
+//! reads contiguous vectors whatever the stride. Bias, residual and a
+//! clamping activation are applied in registers before the store.
+
+use crate::epilogue::{Epilogue, SyncPtr};
+use crate::isa::Isa;
+use crate::schedule::DirectSchedule;
+use crate::workload::Workload;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+#[derive(Debug, Clone)]
+pub(crate) struct DepthwiseConv {
+    w: Workload,
+    s: DirectSchedule,
+    /// k * k taps per channel.
+    weights: Vec<f32>,
+    isa: Isa,
+}
+
+/// A task's padded, phase-split input rows, kept by each pool thread. The
+/// copy writes the same positions for every channel of a layer, so the
+/// padding is zeroed only when the geometry changes.
+#[derive(Default)]
+struct Rows {
+    buf: Vec<f32>,
+    /// The layer and output rows the buffer's zeros were laid out for.
+    geometry: Option<(Workload, usize, usize)>,
+}
+
+thread_local! {
+    static ROWS: RefCell<Rows> = RefCell::default();
+}
+
+/// Most taps the depthwise kernel takes (7x7); larger kernels run direct.
+pub(crate) const MAX_TAPS: usize = 49;
+
+/// One channel's work for a task: its taps, where each tap's input starts
+/// in the phase buffer for the first output row, the buffer distance
+/// between consecutive output rows, and the output rows' width.
+#[derive(Clone, Copy)]
+struct Plane<'a> {
+    buf: &'a [f32],
+    taps: &'a [f32],
+    offsets: &'a [usize],
+    row_step: usize,
+    width: usize,
+}
+
+/// Bias and clamp applied in registers (None: the epilogue runs after).
+type Fused = Option<(f32, Option<(f32, f32)>)>;
+
+impl DepthwiseConv {
+    /// `weights` is (channels, 1, k, k); tasks are `s.oc_block` channels by
+    /// `s.row_block` output rows.
+    pub fn new(w: Workload, s: DirectSchedule, weights: &[f32], isa: Isa) -> DepthwiseConv {
+        debug_assert!(w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1);
+        DepthwiseConv {
+            w,
+            s,
+            weights: weights.to_vec(),
+            isa,
+        }
+    }
+
+    /// Width of one phase row: the columns every tap of a row reads.
+    fn phase_width(&self) -> usize {
+        let w = &self.w;
+        w.out_w + (w.kernel - 1) / w.stride
+    }
+
+    /// One NCHW sample.
+    pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
+        let w = &self.w;
+        let (oh, ow, pix) = (w.out_h, w.out_w, w.out_pixels());
+        let (k, s, pw) = (w.kernel, w.stride, self.phase_width());
+        let row_block = self.s.row_block.min(oh);
+        let row_blocks = oh.div_ceil(row_block);
+        let oc_blocks = w.out_channels.div_ceil(self.s.oc_block);
+        let c = SyncPtr::new(out);
+        (0..oc_blocks * row_blocks).into_par_iter().for_each(|t| {
+            let (ob, rb) = (t / row_blocks, t % row_blocks);
+            let rows = rb * row_block..oh.min((rb + 1) * row_block);
+            let chans = ob * self.s.oc_block..w.out_channels.min((ob + 1) * self.s.oc_block);
+            let nrows = (rows.len() - 1) * s + k;
+            let mut offsets = [0usize; MAX_TAPS];
+            for (t, off) in offsets[..k * k].iter_mut().enumerate() {
+                let (ky, kx) = (t / k, t % k);
+                *off = ((kx % s) * nrows + ky) * pw + kx / s;
+            }
+            ROWS.with_borrow_mut(|buf| {
+                for ch in chans {
+                    let plane = &input[ch * w.in_h * w.in_w..][..w.in_h * w.in_w];
+                    self.fill(plane, rows.start, rows.len(), buf);
+                    let off = ch * pix + rows.start * ow;
+                    let len = rows.len() * ow;
+                    // SAFETY: task t alone writes channels `chans` of rows `rows`.
+                    let o = unsafe { c.slice(off, len) };
+                    let p = Plane {
+                        buf: &buf.buf,
+                        taps: &self.weights[ch * k * k..][..k * k],
+                        offsets: &offsets[..k * k],
+                        row_step: s * pw,
+                        width: ow,
+                    };
+                    self.plane(p, ch, o, epi, residual.map(|r| &r[off..off + len]));
+                }
+            })
+        });
+    }
+
+    /// Copies the padded input rows under output rows first..first+count
+    /// of one channel's `plane` into `rows`, phase by phase.
+    fn fill(&self, plane: &[f32], first: usize, count: usize, rows: &mut Rows) {
+        let w = &self.w;
+        let (s, p, iw) = (w.stride, w.padding, w.in_w);
+        let pw = self.phase_width();
+        let nrows = (count - 1) * s + w.kernel;
+        let geometry = Some((*w, first, count));
+        if rows.geometry != geometry {
+            rows.buf.clear();
+            rows.buf.resize(s * nrows * pw, 0.0);
+            rows.geometry = geometry;
+        }
+        let buf = &mut rows.buf;
+        for yy in 0..nrows {
+            // Padded row first * s + yy is input row iy.
+            let Some(iy) = (first * s + yy).checked_sub(p).filter(|&iy| iy < w.in_h) else {
+                continue;
+            };
+            let src = &plane[iy * iw..][..iw];
+            if s == 1 {
+                buf[yy * pw + p..][..iw].copy_from_slice(src);
+                continue;
+            }
+            if s == 2 {
+                // Input columns 2t and 2t + 1 are padded columns 2t + p and
+                // 2t + 1 + p: phase p % 2 at t + p / 2 and the other phase
+                // at t + (p + 1) / 2.
+                let (lo, hi) = buf.split_at_mut(nrows * pw);
+                let (even, odd) = (&mut lo[yy * pw..][..pw], &mut hi[yy * pw..][..pw]);
+                let (first, second) = if p % 2 == 0 { (even, odd) } else { (odd, even) };
+                split_pairs(
+                    src,
+                    &mut first[p / 2..],
+                    &mut second[p.div_ceil(2)..],
+                    self.isa,
+                );
+                continue;
+            }
+            for r in 0..s {
+                // Phase r, column j is padded column j * s + r, input column
+                // j * s + r - p: j from ceil((p - r) / s) while inside the row.
+                let j0 = p.saturating_sub(r).div_ceil(s);
+                let dst = &mut buf[(r * nrows + yy) * pw..][..pw];
+                let x0 = j0 * s + r - p;
+                for (d, &v) in dst[j0..].iter_mut().zip(src[x0..].iter().step_by(s)) {
+                    *d = v;
+                }
+            }
+        }
+    }
+
+    /// The task's output rows of channel `ch` (`o`, rows of `p.width`),
+    /// finished by `epi` with the residual rows `res`.
+    fn plane(&self, p: Plane<'_>, ch: usize, o: &mut [f32], epi: &Epilogue, res: Option<&[f32]>) {
+        let furthest = p.offsets.iter().max().expect("a tap");
+        let rows = o.len() / p.width;
+        assert!(
+            furthest + (rows - 1) * p.row_step + p.width <= p.buf.len(),
+            "the buffer covers every tap of every row"
+        );
+        let fused = epi.act.clamp().map(|clamp| (epi.bias[ch], clamp));
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX-512F (`isa` never exceeds Isa::detect());
+            // every tap of every row reads inside the buffer (asserted above).
+            Isa::Avx512 => unsafe { plane_avx512(p, o, fused, res) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX2 and FMA; bounds as above.
+            Isa::Avx2 => unsafe { plane_avx2(p, o, fused, res) },
+            _ => plane_portable(p, o),
+        }
+        if fused.is_none() || self.isa == Isa::Portable {
+            epi.channel(ch, o, res);
+        }
+    }
+}
+
+/// `first[t] = src[2t]`, `second[t] = src[2t + 1]` (and `first` takes a
+/// trailing odd element), with vector permutes where the CPU has them.
+/// Values that fall past the end of `first` or `second` (input columns no
+/// output reads) are dropped.
+fn split_pairs(src: &[f32], first: &mut [f32], second: &mut [f32], isa: Isa) {
+    let src = &src[..src.len().min(2 * first.len()).min(2 * second.len() + 1)];
+    let pairs = src.len() / 2;
+    let (first, second) = (&mut first[..src.len().div_ceil(2)], &mut second[..pairs]);
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        // SAFETY: the CPU has AVX-512F; lengths are checked by the slicing above.
+        done = unsafe { split_pairs_avx512(src, first, second) };
+    }
+    let _ = isa;
+    for t in done..pairs {
+        first[t] = src[2 * t];
+        second[t] = src[2 * t + 1];
+    }
+    if src.len() % 2 == 1 {
+        first[pairs] = src[2 * pairs];
+    }
+}
+
+/// [`split_pairs`] on whole 32-value chunks (two vpermt2ps each); returns
+/// the pairs done.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn split_pairs_avx512(src: &[f32], first: &mut [f32], second: &mut [f32]) -> usize {
+    use std::arch::x86_64::*;
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    let chunks = src.len() / 32;
+    assert!(first.len() >= chunks * 16 && second.len() >= chunks * 16);
+    for i in 0..chunks {
+        // SAFETY: chunk i is src[32i..32i + 32] and its halves go to
+        // first/second[16i..16i + 16], all inside (asserted above).
+        unsafe {
+            let a = _mm512_loadu_ps(src.as_ptr().add(32 * i));
+            let b = _mm512_loadu_ps(src.as_ptr().add(32 * i + 16));
+            _mm512_storeu_ps(first.as_mut_ptr().add(16 * i), _mm512_permutex2var_ps(a, even, b));
+            _mm512_storeu_ps(second.as_mut_ptr().add(16 * i), _mm512_permutex2var_ps(a, odd, b));
+        }
+    }
+    chunks * 16
+}
+
+fn plane_portable(p: Plane<'_>, o: &mut [f32]) {
+    o.fill(0.0);
+    for (r, row) in o.chunks_exact_mut(p.width).enumerate() {
+        for (&wv, &off) in p.taps.iter().zip(p.offsets) {
+            for (a, &x) in row.iter_mut().zip(&p.buf[off + r * p.row_step..]) {
+                *a += wv * x;
+            }
+        }
+    }
+}
+
+/// Each output row four vectors at a time (four independent FMA chains),
+/// the last ones masked.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn plane_avx512(p: Plane<'_>, o: &mut [f32], fused: Fused, res: Option<&[f32]>) {
+    use std::arch::x86_64::*;
+    const L: usize = 16;
+    let n = p.width;
+    let mask = |x: usize| ((1u32 << n.saturating_sub(x).min(L)) - 1) as __mmask16;
+    for r in 0..o.len() / n {
+        let (buf, row) = (p.buf[r * p.row_step..].as_ptr(), r * n);
+        for x0 in (0..n).step_by(4 * L) {
+            let m: [__mmask16; 4] = std::array::from_fn(|v| mask(x0 + v * L));
+            let mut acc = [_mm512_setzero_ps(); 4];
+            for (&wv, &off) in p.taps.iter().zip(p.offsets) {
+                let wv = _mm512_set1_ps(wv);
+                for (v, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: masked to the row's columns, inside the buffer
+                    // (see `plane`).
+                    let x = unsafe { _mm512_maskz_loadu_ps(m[v], buf.add(off + x0 + v * L)) };
+                    *a = _mm512_fmadd_ps(wv, x, *a);
+                }
+            }
+            for (v, mut a) in acc.into_iter().enumerate() {
+                let at = row + x0 + v * L;
+                if let Some((bias, clamp)) = fused {
+                    a = _mm512_add_ps(a, _mm512_set1_ps(bias));
+                    if let Some(res) = res {
+                        // SAFETY: masked to the row, which `res` holds.
+                        let rv = unsafe { _mm512_maskz_loadu_ps(m[v], res.as_ptr().add(at)) };
+                        a = _mm512_add_ps(a, rv);
+                    }
+                    if let Some((lo, hi)) = clamp {
+                        a = _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), a));
+                    }
+                }
+                // SAFETY: masked to the row, inside `o`.
+                unsafe { _mm512_mask_storeu_ps(o.as_mut_ptr().add(at), m[v], a) };
+            }
+        }
+    }
+}
+
+/// As [`plane_avx512`] with AVX2 vectors (vmaskmovps for the partial ones).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn plane_avx2(p: Plane<'_>, o: &mut [f32], fused: Fused, res: Option<&[f32]>) {
+    use std::arch::x86_64::*;
+    const L: usize = 8;
+    let n = p.width;
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mask = |x: usize| {
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n.saturating_sub(x).min(L) as i32), lane)
+    };
+    for r in 0..o.len() / n {
+        let (buf, row) = (p.buf[r * p.row_step..].as_ptr(), r * n);
+        for x0 in (0..n).step_by(4 * L) {
+            let m: [__m256i; 4] = std::array::from_fn(|v| mask(x0 + v * L));
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (&wv, &off) in p.taps.iter().zip(p.offsets) {
+                let wv = _mm256_set1_ps(wv);
+                for (v, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: masked to the row's columns, inside the buffer
+                    // (see `plane`).
+                    let x = unsafe { _mm256_maskload_ps(buf.add(off + x0 + v * L), m[v]) };
+                    *a = _mm256_fmadd_ps(wv, x, *a);
+                }
+            }
+            for (v, mut a) in acc.into_iter().enumerate() {
+                let at = row + x0 + v * L;
+                if let Some((bias, clamp)) = fused {
+                    a = _mm256_add_ps(a, _mm256_set1_ps(bias));
+                    if let Some(res) = res {
+                        // SAFETY: masked to the row, which `res` holds.
+                        let rv = unsafe { _mm256_maskload_ps(res.as_ptr().add(at), m[v]) };
+                        a = _mm256_add_ps(a, rv);
+                    }
+                    if let Some((lo, hi)) = clamp {
+                        a = _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), a));
+                    }
+                }
+                // SAFETY: masked to the row, inside `o`.
+                unsafe { _mm256_maskstore_ps(o.as_mut_ptr().add(at), m[v], a) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{self, F32_TOLERANCE};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every instruction set the CPU has, every row blocking, fused
+        /// and unfused epilogues.
+        #[test]
+        fn every_isa_matches_reference(
+            w in testing::depthwise_workload(),
+            row_block in 1usize..5,
+            act in testing::activation(),
+            residual in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let weights = testing::weights(&w, seed);
+            let s = DirectSchedule { oc_block: 1, row_block };
+            for isa in Isa::available() {
+                let conv = DepthwiseConv::new(w, s, &weights, isa);
+                let e = testing::error(&w, &weights, (act, residual, seed), |x, y, epi, r| {
+                    conv.run(x, y, epi, r)
+                });
+                prop_assert!(e < F32_TOLERANCE, "{isa:?} {w}: error {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! im2col + GEMM convolution, dense and block-sparse.
+//!
+//! Dense: C = A * B, BLIS style. The weight operand is packed once at load
+//! (A panels for NCHW, B panels for NHWC). The activation operand is never
+//! materialised as an im2col matrix: each task packs the `kc` x `nc` block
+//! of B it is about to use, straight from the input, so the block is in L2
+//! when the microkernels stream it (when the parallel loop runs over rows of
+//! C, every task needs all of B and it is packed once, in parallel). The
+//! input of a 1x1 stride-1 convolution already is B, row-major, and the
+//! microkernels read it in place. The microkernel's store adds the bias
+//! and residual and applies ReLU/ReLU6 on the last reduction block (see
+//! `micro`); other activations and the NHWC layout finish each block of C
+//! with the [`Epilogue`] once its reduction is complete.
+//!
+//! Sparse (NCHW only): see `sparse`.
+
+mod micro;
+mod pack;
+mod sparse;
+
+pub(crate) use micro::tile_isa;
+pub(crate) use pack::{pack_columns, pack_im2col_with};
+pub(crate) use sparse::{sparse_gemm, strip};
+
+use crate::epilogue::{Epilogue, SyncPtr};
+use crate::isa::Isa;
+use crate::schedule::{GemmSchedule, ParallelLoop};
+use crate::sparse::BlockSparse;
+use crate::workload::Workload;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use micro::{Finish, Store, microkernel};
+use pack::{pack_im2col, pack_im2col_block, pack_panels};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::ops::Range;
+
+/// Packed panels of a GEMM operand, in f32 or stored as f16 (fp16 weights).
+#[derive(Debug, Clone)]
+pub(crate) enum Panels {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Panels {
+    fn new(values: Vec<f32>, half: bool) -> Panels {
+        if half {
+            let mut h = vec![f16::ZERO; values.len()];
+            h.convert_from_f32_slice(&values);
+            Panels::F16(h)
+        } else {
+            Panels::F32(values)
+        }
+    }
+
+    /// Panels `panels` restricted to reduction rows pc..pc+kb, as f32: the
+    /// f32 panels themselves, or f16 ones converted (F16C where the CPU has
+    /// it) into `buf` once per cache block. Returns the base pointer, the
+    /// distance between panels, and the first panel the base stands for.
+    fn block(
+        &self,
+        buf: &mut Vec<f32>,
+        panels: Range<usize>,
+        (k, width): (usize, usize),
+        (pc, kb): (usize, usize),
+    ) -> (*const f32, usize, usize) {
+        match self {
+            Panels::F32(v) => (v[pc * width..].as_ptr(), k * width, 0),
+            Panels::F16(v) => {
+                buf.resize(panels.len() * kb * width, 0.0);
+                for (i, p) in panels.clone().enumerate() {
+                    v[(p * k + pc) * width..][..kb * width]
+                        .convert_to_f32_slice(&mut buf[i * kb * width..(i + 1) * kb * width]);
+                }
+                (buf.as_ptr(), kb * width, panels.start)
+            }
+        }
+    }
+}
+
+/// The B operand (k x n) of [`gemm`].
+#[derive(Clone, Copy)]
+pub(crate) enum BSource<'a> {
+    /// Packed in `nr`-column panels holding all of K.
+    Panels(&'a Panels),
+    /// Row-major with row stride n: the input of a 1x1 stride-1 convolution.
+    Rows(&'a [f32]),
+    /// The im2col matrix of group `g` of an NCHW input.
+    Im2col {
+        input: &'a [f32],
+        w: &'a Workload,
+        g: usize,
+    },
+}
+
+/// How [`gemm`] finishes C.
+pub(crate) enum Finishing<'a> {
+    /// In the microkernel's store: `bias` per row of C, `residual` at C's
+    /// offsets (row stride ldc), then a clamp (see `Activation::clamp`).
+    Fused {
+        bias: &'a [f32],
+        residual: Option<&'a [f32]>,
+        clamp: Option<(f32, f32)>,
+    },
+    /// Called with each finished block of C (rows, columns).
+    Blocks(&'a (dyn Fn(Range<usize>, Range<usize>) + Sync)),
+}
+
+/// Buffers a task packs into, kept by each pool thread across runs so a
+/// run allocates none.
+#[derive(Default)]
+struct Scratch {
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
+/// One task's `kb` x `nc` block of B: where panel `jr` starts and its row
+/// stride.
+struct BBlock {
+    base: *const f32,
+    /// Distance between consecutive panels, and the panel `base` is.
+    stride: usize,
+    first: usize,
+    ldb: usize,
+    /// A partial last panel of `BSource::Rows`, copied (zero-padded) so no
+    /// microkernel reads past the input: (panel, its copy).
+    edge: Option<(usize, *const f32)>,
+}
+
+impl BBlock {
+    /// Packs (if need be) panels `panels` over reduction rows pc..pc+kb
+    /// into `buf`.
+    fn new(
+        b: BSource<'_>,
+        buf: &mut Vec<f32>,
+        panels: Range<usize>,
+        (n, k, nr): (usize, usize, usize),
+        (pc, kb): (usize, usize),
+    ) -> BBlock {
+        match b {
+            BSource::Panels(p) => {
+                let (base, stride, first) = p.block(buf, panels, (k, nr), (pc, kb));
+                BBlock {
+                    base,
+                    stride,
+                    first,
+                    ldb: nr,
+                    edge: None,
+                }
+            }
+            BSource::Rows(x) => {
+                let last = panels.end - 1;
+                let edge = (n < (last + 1) * nr).then(|| {
+                    let valid = n - last * nr;
+                    buf.clear();
+                    buf.resize(kb * nr, 0.0);
+                    for (dst, src) in buf.chunks_exact_mut(nr).zip(x[pc * n..].chunks(n)) {
+                        dst[..valid].copy_from_slice(&src[last * nr..][..valid]);
+                    }
+                    (last, buf.as_ptr())
+                });
+                BBlock {
+                    base: x[pc * n..].as_ptr(),
+                    stride: nr,
+                    first: 0,
+                    ldb: n,
+                    edge,
+                }
+            }
+            BSource::Im2col { input, w, g } => {
+                buf.resize(panels.len() * kb * nr, 0.0);
+                pack_im2col_block(input, w, g, nr, (panels.clone(), pc..pc + kb), buf);
+                BBlock {
+                    base: buf.as_ptr(),
+                    stride: kb * nr,
+                    first: panels.start,
+                    ldb: nr,
+                    edge: None,
+                }
+            }
+        }
+    }
+
+    /// Panel `jr` and its row stride.
+    fn panel(&self, jr: usize) -> (*const f32, usize) {
+        match self.edge {
+            // The copy is packed: its rows are one panel (nr = stride) apart.
+            Some((e, p)) if e == jr => (p, self.stride),
+            _ => (self.base.wrapping_add((jr - self.first) * self.stride), self.ldb),
+        }
+    }
+}
+
+/// C (m x n, row stride ldc) = A * B, A packed in `mr` panels, on the
+/// current thread pool with schedule `s` and the microkernels of `isa`.
+/// `par_m` runs the parallel loop over blocks of rows of C, else columns.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm(
+    s: &GemmSchedule,
+    isa: Isa,
+    par_m: bool,
+    (m, n, k): (usize, usize, usize),
+    a: &Panels,
+    b: BSource<'_>,
+    c: SyncPtr,
+    ldc: usize,
+    finishing: Finishing<'_>,
+) {
+    if let (true, BSource::Im2col { input, w, g }) = (par_m, b) {
+        // Every row block needs all of B: pack it once, in parallel.
+        let packed = Panels::F32(pack_im2col(input, w, g, s.nr, k));
+        let b = BSource::Panels(&packed);
+        return gemm(s, isa, par_m, (m, n, k), a, b, c, ldc, finishing);
+    }
+    let micro = microkernel(s.mr, s.nr, isa);
+    let (mr, nr) = (s.mr, s.nr);
+    let (mchunks, nchunks) = (m.div_ceil(s.mc), n.div_ceil(s.nc));
+    let rows_of = |i: usize| i * s.mc..m.min((i + 1) * s.mc);
+    let task = |is: Range<usize>, js: Range<usize>| {
+        SCRATCH.with_borrow_mut(|scratch| {
+            for j in js {
+                let cols = j * s.nc..n.min((j + 1) * s.nc);
+                let b_panels = cols.start / nr..cols.end.div_ceil(nr);
+                for pc in (0..k).step_by(s.kc) {
+                    let kb = s.kc.min(k - pc);
+                    let last = pc + kb == k;
+                    let bb = BBlock::new(b, &mut scratch.b, b_panels.clone(), (n, k, nr), (pc, kb));
+                    for i in is.clone() {
+                        let rows = rows_of(i);
+                        let a_panels = rows.start / mr..rows.end.div_ceil(mr);
+                        let (a0, astride, afirst) =
+                            a.block(&mut scratch.a, a_panels.clone(), (k, mr), (pc, kb));
+                        for jr in b_panels.clone() {
+                            let (bp, ldb) = bb.panel(jr);
+                            for ir in a_panels.clone() {
+                                let (r0, c0) = (ir * mr, jr * nr);
+                                let off = r0 * ldc + c0;
+                                let finish = match (&finishing, last) {
+                                    (
+                                        Finishing::Fused {
+                                            bias,
+                                            residual,
+                                            clamp,
+                                        },
+                                        true,
+                                    ) => Some(Finish {
+                                        bias: bias[r0..].as_ptr(),
+                                        residual: residual
+                                            .map_or(std::ptr::null(), |r| r[off..].as_ptr()),
+                                        clamp: *clamp,
+                                    }),
+                                    _ => None,
+                                };
+                                let st = Store {
+                                    c: c.get().wrapping_add(off),
+                                    ldc,
+                                    rows: mr.min(m - r0),
+                                    cols: nr.min(n - c0),
+                                    accumulate: pc > 0,
+                                    finish,
+                                };
+                                let ap = a0.wrapping_add((ir - afirst) * astride);
+                                // SAFETY: `block` and `BBlock` return panels of kb
+                                // reduction rows covering a_panels and b_panels;
+                                // the tile's valid rows and columns lie in this
+                                // task's block of C, which no other task writes.
+                                unsafe { micro(kb, ap, bp, ldb, &st) };
+                            }
+                        }
+                    }
+                }
+                if let Finishing::Blocks(f) = finishing {
+                    for i in is.clone() {
+                        f(rows_of(i), cols.clone());
+                    }
+                }
+            }
+        })
+    };
+    if par_m {
+        (0..mchunks)
+            .into_par_iter()
+            .for_each(|i| task(i..i + 1, 0..nchunks));
+    } else {
+        (0..nchunks)
+            .into_par_iter()
+            .for_each(|j| task(0..mchunks, j..j + 1));
+    }
+}
+
+/// Weights of a GEMM convolution, packed at load.
+#[derive(Debug, Clone)]
+enum Packed {
+    /// NCHW: per group, A = weights (oc x reduction) in `mr` panels.
+    Nchw(Vec<Panels>),
+    /// NHWC: per group, B = weights^T (reduction x oc) in `nr` panels, the
+    /// reduction ordered (ky, kx, ic) to match NHWC patches.
+    Nhwc(Vec<Panels>),
+    /// NCHW, block-sparse weights per group.
+    Sparse(Vec<BlockSparse>),
+}
+
+/// A convolution computed as a matrix multiplication.
+#[derive(Debug, Clone)]
+pub(crate) struct GemmConv {
+    w: Workload,
+    s: GemmSchedule,
+    /// The microkernels' instruction set (the CPU's widest, or narrower in tests).
+    isa: Isa,
+    packed: Packed,
+}
+
+impl GemmConv {
+    /// `weights` is (out, in / groups, k, k) row-major; `blocks` selects the
+    /// sparse kernel with that BSR block shape; `nhwc` the activation
+    /// layout; `half` stores dense weights as f16; `isa` must be one the
+    /// CPU has, with registers for the schedule's tile.
+    pub fn new(
+        w: Workload,
+        s: GemmSchedule,
+        weights: &[f32],
+        blocks: Option<(usize, usize)>,
+        (nhwc, half): (bool, bool),
+        isa: Isa,
+    ) -> GemmConv {
+        let (ocg, red, kk) = (
+            w.out_channels_per_group(),
+            w.reduction(),
+            w.kernel * w.kernel,
+        );
+        let icg = w.in_channels_per_group();
+        let group = |g: usize| &weights[g * ocg * red..(g + 1) * ocg * red];
+        let packed = match (blocks, nhwc) {
+            (Some((r, c)), _) => Packed::Sparse(
+                (0..w.groups)
+                    .map(|g| BlockSparse::from_dense(group(g), ocg, red, r, c))
+                    .collect(),
+            ),
+            (None, false) => Packed::Nchw(
+                (0..w.groups)
+                    .map(|g| {
+                        let wg = group(g);
+                        Panels::new(pack_panels(ocg, red, s.mr, |o, q| wg[o * red + q]), half)
+                    })
+                    .collect(),
+            ),
+            (None, true) => Packed::Nhwc(
+                (0..w.groups)
+                    .map(|g| {
+                        let wg = group(g);
+                        let p = pack_panels(ocg, red, s.nr, |o, q| {
+                            let (pos, ic) = (q / icg, q % icg);
+                            wg[o * red + ic * kk + pos]
+                        });
+                        Panels::new(p, half)
+                    })
+                    .collect(),
+            ),
+        };
+        GemmConv { w, s, isa, packed }
+    }
+
+    /// One sample: `input` and `out` in the layout the weights were packed for.
+    pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
+        let w = &self.w;
+        let (ocg, icg, red) = (
+            w.out_channels_per_group(),
+            w.in_channels_per_group(),
+            w.reduction(),
+        );
+        let (k, s, p) = (w.kernel, w.stride, w.padding as isize);
+        let (h, wd, ow, pix) = (w.in_h as isize, w.in_w as isize, w.out_w, w.out_pixels());
+        let c = SyncPtr::new(out);
+        // Input coordinates of a patch element, None in the padding.
+        let at = move |pixel: usize, ky: usize, kx: usize| {
+            let iy = ((pixel / ow) * s + ky) as isize - p;
+            let ix = ((pixel % ow) * s + kx) as isize - p;
+            (iy >= 0 && ix >= 0 && iy < h && ix < wd).then_some((iy as usize, ix as usize))
+        };
+        match &self.packed {
+            Packed::Nchw(a) => (0..w.groups).into_par_iter().for_each(|g| {
+                let b = if k == 1 && s == 1 && p == 0 {
+                    BSource::Rows(&input[g * icg * pix..(g + 1) * icg * pix])
+                } else {
+                    BSource::Im2col { input, w, g }
+                };
+                let epi_block = |rows: Range<usize>, cols: Range<usize>| {
+                    for r in rows {
+                        let oc = g * ocg + r;
+                        // SAFETY: this block's rows and columns belong to this task.
+                        let o = unsafe { c.slice(oc * pix + cols.start, cols.len()) };
+                        epi.channel(
+                            oc,
+                            o,
+                            residual.map(|x| &x[oc * pix + cols.start..][..cols.len()]),
+                        );
+                    }
+                };
+                let finishing = match epi.act.clamp() {
+                    Some(clamp) => Finishing::Fused {
+                        bias: &epi.bias[g * ocg..(g + 1) * ocg],
+                        residual: residual.map(|x| &x[g * ocg * pix..(g + 1) * ocg * pix]),
+                        clamp,
+                    },
+                    None => Finishing::Blocks(&epi_block),
+                };
+                let cg = c.offset(g * ocg * pix);
+                let par_m = self.s.parallel == ParallelLoop::OutputChannels;
+                gemm(
+                    &self.s,
+                    self.isa,
+                    par_m,
+                    (ocg, pix, red),
+                    &a[g],
+                    b,
+                    cg,
+                    pix,
+                    finishing,
+                );
+            }),
+            Packed::Nhwc(b) => (0..w.groups).into_par_iter().for_each(|g| {
+                let cin = w.in_channels;
+                let a = Panels::F32(pack_panels(pix, red, self.s.mr, |pixel, q| {
+                    let (pos, ic) = (q / icg, q % icg);
+                    at(pixel, pos / k, pos % k).map_or(0.0, |(iy, ix)| {
+                        input[(iy * w.in_w + ix) * cin + g * icg + ic]
+                    })
+                }));
+                let cout = w.out_channels;
+                let epi_block = |rows: Range<usize>, cols: Range<usize>| {
+                    for px in rows {
+                        let off = px * cout + g * ocg + cols.start;
+                        // SAFETY: this block's rows and columns belong to this task.
+                        let o = unsafe { c.slice(off, cols.len()) };
+                        epi.pixel(
+                            g * ocg + cols.start,
+                            o,
+                            residual.map(|x| &x[off..][..cols.len()]),
+                        );
+                    }
+                };
+                let cg = c.offset(g * ocg);
+                let par_m = self.s.parallel == ParallelLoop::Spatial;
+                gemm(
+                    &self.s,
+                    self.isa,
+                    par_m,
+                    (pix, ocg, red),
+                    &a,
+                    BSource::Panels(&b[g]),
+                    cg,
+                    cout,
+                    Finishing::Blocks(&epi_block),
+                );
+            }),
+            Packed::Sparse(mats) => (0..w.groups).into_par_iter().for_each(|g| {
+                let m = &mats[g];
+                // im2col packed in panels of strip(r) columns (rows padded to
+                // whole blocks): a task's panel stays in L1/L2 while every
+                // weight row of the task streams over it.
+                let krows = red.next_multiple_of(m.c);
+                let b = pack_im2col(input, w, g, strip(m.r, pix), krows);
+                sparse_gemm(&self.s, m, &b, krows, pix, g * ocg, c, epi, residual, self.isa);
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{GEMM_TILES, tile_registers};
+    use crate::testing::{self, F32_TOLERANCE};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The dense NCHW GEMM with every tile on every instruction set
+        /// the CPU has, both parallel loops, fused and unfused finishing.
+        #[test]
+        fn every_isa_and_tile_matches_reference(
+            w in testing::dense_workload(),
+            tile in 0..GEMM_TILES.len(),
+            (kc, mc, nc) in (1usize..5, 1usize..4, 1usize..4),
+            parallel in prop_oneof![Just(ParallelLoop::OutputChannels), Just(ParallelLoop::Spatial)],
+            act in testing::activation(),
+            residual in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let (mr, nr) = GEMM_TILES[tile];
+            let s = GemmSchedule { mr, nr, kc: 8 * kc, mc: mr * mc, nc: nr * nc, parallel };
+            let weights = testing::weights(&w, seed);
+            for isa in Isa::available() {
+                let (needed, available) = tile_registers(mr, nr, isa);
+                if needed > available {
+                    continue;
+                }
+                let conv = GemmConv::new(w, s, &weights, None, (false, false), isa);
+                let e = testing::error(&w, &weights, (act, residual, seed), |x, y, epi, r| {
+                    conv.run(x, y, epi, r)
+                });
+                prop_assert!(e < F32_TOLERANCE, "{isa:?} {s:?} {w}: error {e}");
+            }
+        }
+
+        /// The block-sparse GEMM on every instruction set the CPU has, for
+        /// every block shape the engine accepts.
+        #[test]
+        fn sparse_on_every_isa_matches_reference(
+            w in testing::dense_workload(),
+            blocks in (prop_oneof![Just(1usize), Just(2), Just(4), Just(8)], 1usize..=16),
+            sparsity in 0.0f64..0.97,
+            (mc, nc) in (1usize..40, 1usize..80),
+            parallel in prop_oneof![Just(ParallelLoop::OutputChannels), Just(ParallelLoop::Spatial)],
+            act in testing::activation(),
+            residual in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let s = GemmSchedule { mc, nc, parallel, ..GemmSchedule::default() };
+            let weights = testing::sparsify(&testing::weights(&w, seed), sparsity, seed);
+            for isa in Isa::available() {
+                let conv = GemmConv::new(w, s, &weights, Some(blocks), (false, false), isa);
+                let e = testing::error(&w, &weights, (act, residual, seed), |x, y, epi, r| {
+                    conv.run(x, y, epi, r)
+                });
+                prop_assert!(e < F32_TOLERANCE, "{isa:?} {blocks:?} {s:?} {w}: error {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Packing GEMM operands into panels: `width` columns (or rows of A) side by
+//! side for every reduction index, so a microkernel reads one contiguous
+//! vector per reduction step.
+//!
+//! The im2col matrix is never materialised unpacked: its panels are filled
+//! straight from the NCHW input, either whole (shared by the tasks that all
+//! need it) or one reduction block of one task's columns at a time, so the
+//! block is still in L2 when the microkernels read it.
+
+use crate::workload::Workload;
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Widest panel any caller packs (GEMM tiles, sparse strips, int8 strips).
+const MAX_WIDTH: usize = 64;
+
+/// Packs `count` vectors of length `k` (rows of A or columns of B) into
+/// panels of `width` vectors: panel p holds, for each kk, the values
+/// `get(p * width + j, kk)` for j in 0..width, zero past `count`.
+pub(crate) fn pack_panels(
+    count: usize,
+    k: usize,
+    width: usize,
+    get: impl Fn(usize, usize) -> f32 + Sync,
+) -> Vec<f32> {
+    let mut out = vec![0.0; count.div_ceil(width) * k * width];
+    out.par_chunks_mut(k * width)
+        .enumerate()
+        .for_each(|(p, panel)| {
+            for j in 0..width.min(count - p * width) {
+                for kk in 0..k {
+                    panel[kk * width + j] = get(p * width + j, kk);
+                }
+            }
+        });
+    out
+}
+
+/// The im2col matrix of group `g` of an NCHW sample (rows: reduction index
+/// ic * k * k + ky * k + kx, padded with zero rows to `krows`; columns:
+/// output pixels), packed straight from the input in panels of `width`
+/// columns.
+pub(crate) fn pack_im2col(
+    input: &[f32],
+    w: &Workload,
+    g: usize,
+    width: usize,
+    krows: usize,
+) -> Vec<f32> {
+    pack_im2col_with(input, w, g, width, krows, |x| x)
+}
+
+/// [`pack_im2col`] with each input value mapped by `f` (padding stays
+/// `T::default()`, so `f` must map the input's zero to it).
+pub(crate) fn pack_im2col_with<S: Copy + Sync, T: Copy + Default + Send>(
+    input: &[S],
+    w: &Workload,
+    g: usize,
+    width: usize,
+    krows: usize,
+    f: impl Fn(S) -> T + Sync,
+) -> Vec<T> {
+    let ow = w.out_w;
+    pack_columns(
+        input,
+        w,
+        g,
+        (width, krows),
+        w.out_pixels(),
+        |col| Some((col / ow, col % ow)),
+        f,
+    )
+}
+
+/// The im2col matrix with an arbitrary column order: column `col` (of
+/// `columns`) is output pixel `pixel(col)` = (oy, ox), or all zeros for
+/// `None`. Spatial pack uses it to lay pixels out tile by tile. Panels are
+/// filled in parallel.
+pub(crate) fn pack_columns<S: Copy + Sync, T: Copy + Default + Send>(
+    input: &[S],
+    w: &Workload,
+    g: usize,
+    (width, krows): (usize, usize),
+    columns: usize,
+    pixel: impl Fn(usize) -> Option<(usize, usize)> + Sync,
+    f: impl Fn(S) -> T + Sync,
+) -> Vec<T> {
+    let mut out = vec![T::default(); columns.div_ceil(width) * krows * width];
+    out.par_chunks_mut(krows * width)
+        .enumerate()
+        .for_each(|(p, panel)| {
+            let cols = p * width..columns.min((p + 1) * width);
+            let pixels = Window::new(w, cols.map(&pixel));
+            pixels.fill(input, w, g, width, 0..krows, panel, &f);
+        });
+    out
+}
+
+/// Panels `panels` of [`pack_im2col`]'s matrix restricted to reduction rows
+/// `rows`, one after the other in `out` (each `rows.len() * width` long),
+/// sequentially: one task's block of B.
+pub(crate) fn pack_im2col_block(
+    input: &[f32],
+    w: &Workload,
+    g: usize,
+    width: usize,
+    (panels, rows): (Range<usize>, Range<usize>),
+    out: &mut [f32],
+) {
+    let (ow, pix) = (w.out_w, w.out_pixels());
+    let len = rows.len() * width;
+    for (p, panel) in panels.zip(out.chunks_exact_mut(len)) {
+        let cols = p * width..pix.min((p + 1) * width);
+        let pixels = Window::new(w, cols.map(|col| Some((col / ow, col % ow))));
+        pixels.fill(input, w, g, width, rows.clone(), panel, &|x| x);
+    }
+}
+
+/// The windows of one panel's columns: their top-left input coordinates
+/// and, at stride 1, runs of consecutive pixels of one output row, for
+/// which each tap reads one contiguous stretch of an input row.
+struct Window {
+    /// Window origin per column; padding columns get one outside every input.
+    origin: [(isize, isize); MAX_WIDTH],
+    cols: usize,
+    /// (first column, length, origin y, origin x) of each run (stride 1).
+    runs: Vec<(usize, usize, isize, isize)>,
+}
+
+impl Window {
+    fn new(w: &Workload, pixels: impl Iterator<Item = Option<(usize, usize)>>) -> Window {
+        let (s, p) = (w.stride as isize, w.padding as isize);
+        let mut origin = [(isize::MIN / 2, 0); MAX_WIDTH];
+        let mut cols = 0;
+        // Indexing `origin` bounds the panel width at MAX_WIDTH.
+        for (j, px) in pixels.enumerate() {
+            if let Some((oy, ox)) = px {
+                origin[j] = (oy as isize * s - p, ox as isize * s - p);
+            }
+            cols = j + 1;
+        }
+        let mut runs: Vec<(usize, usize, isize, isize)> = Vec::new();
+        if s == 1 {
+            for (j, &(y0, x0)) in origin[..cols].iter().enumerate() {
+                match runs.last_mut() {
+                    Some((j0, len, ry, rx))
+                        if *ry == y0 && *rx + (j - *j0) as isize == x0 && *j0 + *len == j =>
+                    {
+                        *len += 1
+                    }
+                    _ => runs.push((j, 1, y0, x0)),
+                }
+            }
+        }
+        Window { origin, cols, runs }
+    }
+
+    /// Writes reduction rows `rows` of the panel (`width` values each) to
+    /// `panel`, every value, zeros in the padding.
+    #[allow(clippy::too_many_arguments)]
+    fn fill<S: Copy, T: Copy + Default>(
+        &self,
+        input: &[S],
+        w: &Workload,
+        g: usize,
+        width: usize,
+        rows: Range<usize>,
+        panel: &mut [T],
+        f: &impl Fn(S) -> T,
+    ) {
+        let (k, icg, red) = (w.kernel, w.in_channels_per_group(), w.reduction());
+        let (ih, iw) = (w.in_h as isize, w.in_w);
+        let plane = w.in_h * w.in_w;
+        for (q, dst) in rows.zip(panel.chunks_exact_mut(width)) {
+            dst.fill(T::default());
+            if q >= red {
+                continue;
+            }
+            let (i, ky, kx) = (q / (k * k), (q / k % k) as isize, (q % k) as isize);
+            let src = &input[(g * icg + i) * plane..][..plane];
+            if w.stride == 1 {
+                for &(j0, len, y0, x0) in &self.runs {
+                    let (iy, x0) = (y0 + ky, x0 + kx);
+                    if iy < 0 || iy >= ih {
+                        continue;
+                    }
+                    // Columns j of the run with 0 <= x0 + j < iw.
+                    let lo = (-x0).clamp(0, len as isize) as usize;
+                    let hi = (iw as isize - x0).clamp(0, len as isize) as usize;
+                    if lo < hi {
+                        let row = &src[iy as usize * iw..][..iw];
+                        let start = (x0 + lo as isize) as usize;
+                        for (d, &v) in dst[j0 + lo..j0 + hi].iter_mut().zip(&row[start..]) {
+                            *d = f(v);
+                        }
+                    }
+                }
+                continue;
+            }
+            for (d, &(y0, x0)) in dst.iter_mut().zip(&self.origin[..self.cols]) {
+                let (iy, ix) = (y0 + ky, x0 + kx);
+                if iy >= 0 && iy < ih && ix >= 0 && (ix as usize) < iw {
+                    *d = f(src[iy as usize * iw + ix as usize]);
+                }
+            }
+        }
+    }
+}
