@@ -77,6 +77,8 @@ pub struct Task {
 #[derive(Debug, Clone, Default)]
 pub struct TuneReport {
     pub tasks: usize,
+    /// Candidates measured for these tasks, in this run and earlier ones.
+    pub trials: usize,
     /// Tasks whose search ended in this run (the others had already ended).
     pub searched: usize,
     pub new_trials: usize,
@@ -242,6 +244,7 @@ pub fn tune_host(
             BestOf::from_records(&all).save(&config.best)?;
         }
         report.new_trials += outcome.new_trials;
+        report.trials += outcome.trials;
         report.rejected += outcome.rejected;
         report.failed += outcome.failed;
         if let Some(d) = outcome.default_ms {

@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use dlas_core::{Algorithm, Combination, Compression, Dataset, Filter, Format, Layout, Plan};
 use dlas_runner::timing::{Protocol, measure};
 use dlas_runner::tuning::{self, TuneConfig, Tuned};
-use dlas_tune::{BestOf, Budget, Timer};
+use dlas_tune::{Budget, Timer};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -245,12 +245,7 @@ pub fn bench(
             let s = &report.speedups;
             let mean = s.iter().sum::<f64>() / s.len().max(1) as f64;
             let max = s.iter().copied().fold(f64::NAN, f64::max);
-            let trials: usize = BestOf::load(&best)?
-                .entries
-                .iter()
-                .filter(|e| e.fingerprint == tuned.fingerprint)
-                .map(|e| e.trials)
-                .sum();
+            let trials = report.trials;
             println!(
                 "{dataset}/{model},{algorithm},{},{trials},{search_s:.1},{mean:.2},{max:.2},{untuned_ms:.3},{tuned_ms:.3},{:.2},{ort:.3},{:.2}",
                 report.tasks,
