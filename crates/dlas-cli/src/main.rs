@@ -1,6 +1,7 @@
 //! `dlas`: plan, run and report the deep-learning acceleration stack study.
 
 mod cmd;
+mod facts;
 mod project;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +35,8 @@ enum Command {
     Reproduce(cmd::reproduce::Args),
     /// Compare two results files: per-combination ratios and rank agreement.
     Compare(cmd::compare::Args),
+    /// Check the study's thirteen observations on results files.
+    Claims(cmd::claims::Args),
     /// Check that every runtime gives the same logits on the zoo's networks.
     Crosscheck(cmd::crosscheck::Args),
     /// Run a study across a fleet: Slurm job arrays per device, status, merge.
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
             Command::Run(args) => cmd::run::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
             Command::Compare(args) => cmd::compare::run(&args),
+            Command::Claims(args) => cmd::claims::run(&project, &args),
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
             Command::Bench(command) => cmd::bench::run(&project, &command),
             Command::Cluster(command) => cmd::cluster::run(&project, &command),
