@@ -87,13 +87,11 @@ pub fn sweeps(study: &Study, published: &[Published]) -> Result<Sweeps> {
                     let Some((dataset, model)) = networks.get(i) else {
                         break;
                     };
-                    let result = dlas_zoo::find(*dataset, model)
-                        .map_err(Into::into)
-                        .and_then(|net| {
-                            let graph = (net.build)();
-                            let dense = weights::generate(&graph, weights::MODEL_SEED);
-                            sweep_network(study, published, &graph, &dense)
-                        });
+                    let result = dlas_zoo::find(*dataset, model).and_then(|net| {
+                        let graph = (net.build)();
+                        let dense = weights::generate(&graph, weights::MODEL_SEED);
+                        sweep_network(study, published, &graph, &dense)
+                    });
                     done.lock().expect("no worker panics")[i] = Some(result);
                 }
             });

@@ -27,10 +27,11 @@ pub struct Inputs<'a> {
     pub result_files: Vec<ResultsFile>,
     /// The measured machines behind real results.
     pub hosts: Vec<HostSummary>,
-    /// The pruning sweeps of the study's networks (`data/compression/`).
+    /// The pruning sweeps of the study's networks (`data/compression/`);
+    /// empty when the selection draws none of them.
     pub sweeps: &'a Sweeps,
-    /// The layer Figure 2 shows.
-    pub layer: &'a LayerSlice,
+    /// The layer Figure 2 shows, when the selection draws it.
+    pub layer: Option<&'a LayerSlice>,
     /// Recorded accuracies (`data/accuracy/published.csv`).
     pub accuracy: &'a [RecordedAccuracy],
 }
@@ -138,6 +139,15 @@ pub const FIGURES: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
 pub const CLAIMS: &str = "paper-tables/claims.md";
 /// The page a reviewer opens.
 pub const PAGE: &str = "figures/index.html";
+
+/// Whether a selection draws the compression facts (the sweeps, the layer
+/// of Figure 2), which take seconds to compute.
+pub fn needs_compression(selection: Selection) -> bool {
+    matches!(
+        selection,
+        Selection::All | Selection::Figure(2 | 3 | 7) | Selection::Table(2 | 5 | 8)
+    )
+}
 
 /// Builds the selected artifacts; everything adds the report page.
 pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
@@ -252,7 +262,7 @@ pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
 pub fn figure(n: usize, inputs: &Inputs) -> Result<FigureData> {
     match n {
         1 => Ok(illustrations::stack(inputs)),
-        2 => Ok(illustrations::layer(inputs)),
+        2 => illustrations::layer(inputs),
         3 => Ok(illustrations::sweeps(inputs)),
         4 => Ok(inference_time(inputs)),
         5 => Ok(analysis::compression_speedup(inputs, native_footer(inputs))),
@@ -409,6 +419,15 @@ fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
             row.push(top1(&model, technique, None));
         }
         row.push(net.reference.to_string());
+        row.push(
+            inputs
+                .accuracy
+                .iter()
+                .find(|a| {
+                    a.dataset == dataset && a.model == model && a.technique == Compression::Dense
+                })
+                .map_or_else(|| "-".to_string(), |a| a.source.clone()),
+        );
         rows.push(row);
     }
     let mut columns: Vec<String> = [
@@ -431,7 +450,15 @@ fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
             columns.push(format!("{technique} {column}"));
         }
     }
-    columns.extend(["fp16 top-1 (%)", "int8 top-1 (%)", "definition"].map(String::from));
+    columns.extend(
+        [
+            "fp16 top-1 (%)",
+            "int8 top-1 (%)",
+            "definition",
+            "dense top-1 source",
+        ]
+        .map(String::from),
+    );
     Ok(Table {
         number,
         title: format!("{dataset} networks and their compression at the chosen level"),

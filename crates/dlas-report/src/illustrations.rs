@@ -143,8 +143,10 @@ fn study_path(inputs: &Inputs) -> String {
 }
 
 /// Figure 2: one real layer dense, weight-pruned, channel-pruned and in int8.
-pub fn layer(inputs: &Inputs) -> FigureData {
-    let l: &LayerSlice = inputs.layer;
+pub fn layer(inputs: &Inputs) -> anyhow::Result<FigureData> {
+    let l: &LayerSlice = inputs
+        .layer
+        .ok_or_else(|| anyhow::anyhow!("figure 2 needs the layer of data/compression/"))?;
     let to_f64 = |v: &[f32]| v.iter().map(|x| *x as f64).collect::<Vec<f64>>();
     let scale = l.dense.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
     let zeros = |v: &[f32]| v.iter().filter(|x| **x == 0.0).count();
@@ -203,7 +205,7 @@ pub fn layer(inputs: &Inputs) -> FigureData {
         ),
     ];
     let [o, i, kh, kw] = l.shape;
-    FigureData {
+    Ok(FigureData {
         number: 2,
         title: format!(
             "Compression of one real layer: {}/{} {}",
@@ -223,7 +225,7 @@ pub fn layer(inputs: &Inputs) -> FigureData {
             i * kh * kw,
             l.columns / (kh * kw).max(1),
         ),
-    }
+    })
 }
 
 /// Figure 3: compression ratio, remaining MACs and recorded accuracy

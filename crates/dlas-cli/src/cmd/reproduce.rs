@@ -7,7 +7,8 @@ use crate::facts;
 use crate::project::Project;
 use anyhow::{Result, bail};
 use dlas_core::{Filter, results};
-use dlas_report::compression::{layer_path, sweep_path};
+use dlas_report::catalogue::needs_compression;
+use dlas_report::compression::{Sweeps, layer_path, sweep_path};
 use dlas_report::{Artifact, HostSummary, Inputs, ResultsFile, Selection};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -99,16 +100,21 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     // compresses) and written beside the results so the committed files
     // are checked like everything else.
     let published = facts::published(project)?;
-    let sweeps = facts::sweeps(&study, &published)?;
-    let layer = facts::layer(&study, &published)?;
-    artifacts.push(Artifact {
-        path: sweep_path(&study.name).into(),
-        bytes: sweeps.to_csv()?,
-    });
-    artifacts.push(Artifact {
-        path: layer_path(&study.name).into(),
-        bytes: layer.to_csv()?,
-    });
+    let (sweeps, layer) = if needs_compression(selection) {
+        let sweeps = facts::sweeps(&study, &published)?;
+        let layer = facts::layer(&study, &published)?;
+        artifacts.push(Artifact {
+            path: sweep_path(&study.name).into(),
+            bytes: sweeps.to_csv()?,
+        });
+        artifacts.push(Artifact {
+            path: layer_path(&study.name).into(),
+            bytes: layer.to_csv()?,
+        });
+        (sweeps, Some(layer))
+    } else {
+        (Sweeps::default(), None)
+    };
     let accuracy = facts::recorded_accuracy(&published);
     let inputs = Inputs {
         study: &study,
@@ -117,7 +123,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         result_files: files,
         hosts,
         sweeps: &sweeps,
-        layer: &layer,
+        layer: layer.as_ref(),
         accuracy: &accuracy,
     };
     artifacts.extend(dlas_report::build(&inputs, selection)?);

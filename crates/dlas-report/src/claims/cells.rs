@@ -31,18 +31,6 @@ impl<'a> Key<'a> {
             ..self.clone()
         }
     }
-
-    /// `device dataset/model compression[, tuned]`, for evidence.
-    pub fn label(&self) -> String {
-        format!(
-            "{} {}/{} {}{}",
-            self.device,
-            self.dataset,
-            self.model,
-            self.compression,
-            if self.tuned { " tuned" } else { "" }
-        )
-    }
 }
 
 /// Medians of the native engine's rows (the algorithm axis) at batch 1.
@@ -163,7 +151,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 0 {
+    Some(if sorted.len().is_multiple_of(2) {
         (sorted[mid - 1] + sorted[mid]) / 2.0
     } else {
         sorted[mid]
