@@ -21,8 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Regenerate (or with --check, compare) results, figures and tables.
-    /// Arguments go to `dlas reproduce` (--all, --figure N, --table N, --check, --study S).
+    /// Regenerate (or with --check, compare) results, compression facts, figures, tables,
+    /// claims and the report page. Arguments go to `dlas reproduce` (--all, --figure N,
+    /// --table N, --check, --study S, --results FILE...).
     Reproduce {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -49,7 +50,8 @@ enum Task {
     Setup,
     /// Check what can be checked of the Nix flake offline.
     Flake,
-    /// The whole test suite: format, lints, tests and snapshots, reproduce --check, verify, flake.
+    /// The whole test suite: format, lints, tests, snapshots and the report page in
+    /// headless chromium, reproduce --check, verify, flake.
     Test,
 }
 

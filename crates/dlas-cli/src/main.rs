@@ -1,6 +1,7 @@
 //! `dlas`: plan, run and report the deep-learning acceleration stack study.
 
 mod cmd;
+mod facts;
 mod project;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,8 @@ enum Command {
     Compare(cmd::compare::Args),
     /// Throughput metrics of compiled against baseline configurations (RTR, ASE, BSR).
     Metrics(cmd::metrics::Args),
+    /// Check the study's thirteen observations on results files.
+    Claims(cmd::claims::Args),
     /// Check that every runtime gives the same logits on the zoo's networks.
     Crosscheck(cmd::crosscheck::Args),
     /// Run a study across a fleet: Slurm job arrays per device, status, merge.
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
             Command::Compare(args) => cmd::compare::run(&args),
             Command::Metrics(args) => cmd::metrics::run(&args),
+            Command::Claims(args) => cmd::claims::run(&project, &args),
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
             Command::Bench(command) => cmd::bench::run(&project, &command),
             Command::Cluster(command) => cmd::cluster::run(&project, &command),

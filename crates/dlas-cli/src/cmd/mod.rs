@@ -2,6 +2,7 @@
 
 pub mod accuracy;
 pub mod bench;
+pub mod claims;
 pub mod cluster;
 pub mod compare;
 pub mod compress;
