@@ -56,21 +56,6 @@ fn unavailable(c: &Combination, ort: &Result<String, String>) -> Option<String> 
     }
 }
 
-/// The combination whose model file a combination runs: the native engine
-/// quantises or halves an fp32 model itself, while the runtimes read the fp16
-/// or QDQ file.
-fn model_file_of(c: &Combination) -> Combination {
-    if c.compiler == "native" && !c.compression.is_pruning() {
-        Combination {
-            compression: Compression::Dense,
-            level: 0.0,
-            ..c.clone()
-        }
-    } else {
-        c.clone()
-    }
-}
-
 /// Measures `combinations` (all on device `host`) into `config.results`.
 pub fn run_host(
     study: &Study,
@@ -113,7 +98,7 @@ pub fn run_host(
     // with no partial results.
     let mut models = Models::new(&config.project_root)?;
     for c in todo.iter().filter(|c| unavailable(c, &ort).is_none()) {
-        models.path(study, &model_file_of(c))?;
+        models.path(study, &models::model_file_of(c))?;
     }
     let progress = Progress::new(todo.len());
     let mut source = None;
@@ -162,7 +147,7 @@ fn measure_one(
             None,
         )
     };
-    let path = match models.path(study, &model_file_of(c)) {
+    let path = match models.path(study, &models::model_file_of(c)) {
         Ok(p) => p,
         Err(e) => return failed(e),
     };
