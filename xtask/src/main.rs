@@ -39,7 +39,8 @@ enum Task {
         args: Vec<String>,
     },
     /// Benchmarks: `harness` (timing-loop overhead), `engine` (the native engine
-    /// per layer against the measured peak, per network against ONNX Runtime and tract).
+    /// per layer against the measured peak, per network against ONNX Runtime and tract),
+    /// `cluster` (the coordinator with a synthetic fleet, docs/scaling.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,

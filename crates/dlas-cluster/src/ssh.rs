@@ -6,7 +6,8 @@
 //! model files its shards read and the ONNX Runtime library (when the
 //! architectures match). Every file is compared by sha256 with what is
 //! already there and only missing or different ones are copied, to a
-//! `.part` name that is renamed once its hash is checked on the board.
+//! temporary name of this connection's own (boards may share a home folder
+//! over NFS) that is renamed once its hash is checked on the board.
 //! Each shard is then an ordinary `dlas run --shard i/n` over `ssh`, whose
 //! append-only store makes a rerun continue where a broken connection
 //! stopped; its results, samples and environment records are fetched into
@@ -421,7 +422,7 @@ fn remote_results(study: &Study, config: &SubmitConfig, plan: &DevicePlan) -> Ve
         .collect()
 }
 
-/// The binary, the study, the device specifications and `models.lock`.
+/// What every board needs: the binary, the study and the device specifications.
 fn common_uploads(study: &Study, config: &SubmitConfig) -> Result<Vec<Upload>> {
     let study_file = study
         .path
@@ -439,10 +440,6 @@ fn common_uploads(study: &Study, config: &SubmitConfig) -> Result<Vec<Upload>> {
         upload(
             config.study_path.clone(),
             format!("data/studies/{study_file}"),
-        ),
-        upload(
-            config.project_root.join("data/models.lock"),
-            "data/models.lock".into(),
         ),
     ];
     let devices_dir = config.project_root.join("data/devices");
@@ -463,15 +460,20 @@ fn common_uploads(study: &Study, config: &SubmitConfig) -> Result<Vec<Upload>> {
     Ok(files)
 }
 
-/// The model files the host combinations read, at the paths the board's
-/// `dlas run` looks for them: zoo models under `.cache/`, a study's own
-/// models relative to the study file, which sits in `data/studies/`.
+/// `models.lock` and the model files the host combinations read, at the
+/// paths the board's `dlas run` looks for them: zoo models under `.cache/`,
+/// a study's own models relative to the study file, which sits in
+/// `data/studies/`.
 fn model_uploads(
     study: &Study,
     config: &SubmitConfig,
     combinations: &[Combination],
 ) -> Result<Vec<Upload>> {
-    let mut files = Vec::new();
+    let mut files = vec![Upload {
+        local: config.project_root.join("data/models.lock"),
+        remote: "data/models.lock".into(),
+        sha256: String::new(),
+    }];
     let users: Vec<(PathBuf, &Path)> = study
         .onnx_models
         .iter()
@@ -599,6 +601,8 @@ struct Session<'a> {
     root: &'a str,
     socket: PathBuf,
     master: Child,
+    /// Names this connection's temporary files on the board.
+    tag: String,
 }
 
 /// How many of a command's last error lines an error message quotes.
@@ -663,6 +667,16 @@ impl<'a> Session<'a> {
             root,
             socket: socket.to_path_buf(),
             master,
+            tag: format!(
+                "{}-{}-{:x}",
+                std::process::id(),
+                socket
+                    .file_name()
+                    .map_or("".into(), |n| n.to_string_lossy()),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos())
+            ),
         };
         session.say("connected");
         Ok(session)
@@ -826,23 +840,23 @@ impl<'a> Session<'a> {
             .filter_map(|f| std::fs::metadata(&f.local).ok())
             .map(|m| m.len())
             .sum();
+        let mut names: Vec<&str> = send.iter().take(4).map(|f| f.remote.as_str()).collect();
+        let more = format!("and {} more", send.len().saturating_sub(4));
+        if send.len() > 4 {
+            names.push(&more);
+        }
         self.say(&format!(
             "{arch}; copying {} of {} files ({:.1} MB): {}",
             send.len(),
             files.len() + seeds.len(),
             bytes as f64 / 1e6,
-            send.iter()
-                .map(|f| f.remote.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            names.join(", ")
         ));
+        let part = |f: &Upload| format!("{}.{}.part", f.remote, self.tag);
         for file in &send {
             let source = std::fs::File::open(&file.local)
                 .with_context(|| format!("cannot read {}", file.local.display()))?;
-            let script = format!(
-                "cat > {}",
-                quote(&format!("{}/{}.part", self.root, file.remote))
-            );
+            let script = format!("cat > {}", quote(&format!("{}/{}", self.root, part(file))));
             self.output(
                 &format!("copying {}", file.remote),
                 &script,
@@ -851,11 +865,11 @@ impl<'a> Session<'a> {
         }
         let checks: Vec<String> = send
             .iter()
-            .map(|f| format!("{}  {}.part", f.sha256, f.remote))
+            .map(|f| format!("{}  {}", f.sha256, part(f)))
             .collect();
         let moves: Vec<String> = send
             .iter()
-            .map(|f| format!("mv -f {0}.part {0}", quote(&f.remote)))
+            .map(|f| format!("mv -f {} {}", quote(&part(f)), quote(&f.remote)))
             .collect();
         let script = format!(
             "set -e; cd {}; printf '%s\\n' {} | sha256sum -c - 1>&2; {}; chmod 755 bin/dlas",
