@@ -603,6 +603,28 @@ fn ssh_boards_run_resume_and_merge_a_study() {
         measured_before[..],
         "measured rows were re-measured"
     );
+
+    // A board that lost its results (wiped, replaced) starts again from the
+    // rows fetched before: only the others are measured.
+    let local1 = results.join("host/shard-1.csv");
+    let kept = lines(&local1)[..2].to_vec();
+    std::fs::write(&local1, kept.join("\n") + "\n").unwrap();
+    let samples1 = results.join("host/shard-1.samples.jsonl");
+    std::fs::write(&samples1, lines(&samples1)[0].clone() + "\n").unwrap();
+    let remote1 = remote_results(&remote, "host", 1).unwrap();
+    std::fs::remove_file(&remote1).unwrap();
+    std::fs::remove_file(remote1.with_extension("samples.jsonl")).unwrap();
+    let out = dlas_command(&submit("user_key")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("1 already done"), "{stderr}");
+    assert_eq!(
+        lines(&local1)[..2],
+        kept[..],
+        "a fetched row was re-measured"
+    );
+    assert_eq!(lines(&samples1).len(), lines(&local1).len() - 1);
+
     let status = common::ok(&[
         "cluster",
         "status",

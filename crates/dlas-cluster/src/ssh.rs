@@ -242,7 +242,8 @@ struct Assignment<'a> {
     count: usize,
     combinations: &'a [Combination],
     remote_results: String,
-    /// Only when a shard was fetched earlier and its board lost its copy.
+    /// The shard's results in the results folder (they seed a board that
+    /// lost its copy).
     local_results: PathBuf,
 }
 
@@ -337,6 +338,7 @@ pub fn submit(study: &Study, config: &SubmitConfig, ssh: &SshConfig) -> Result<M
     // Every file any board needs, resolved and hashed once, before any
     // connection: a missing or mismatched model stops the submission here.
     let common = common_uploads(study, config)?;
+    let mut models = dlas_runner::models::Models::new(&config.project_root)?;
     let mut hashes: HashMap<PathBuf, String> = HashMap::new();
     let mut board_files: Vec<Vec<Upload>> = Vec::new();
     for (_, assignments) in &work {
@@ -347,7 +349,12 @@ pub fn submit(study: &Study, config: &SubmitConfig, ssh: &SshConfig) -> Result<M
             .collect();
         let mut files = common.clone();
         if !host_combinations.is_empty() {
-            files.extend(model_uploads(study, config, &host_combinations)?);
+            files.extend(model_uploads(
+                study,
+                config,
+                &mut models,
+                &host_combinations,
+            )?);
             if let Some(library) = ssh.ort_library.as_ref().filter(|l| l.is_file()) {
                 let version = dlas_backends::ort_runtime::VERSION;
                 files.push(Upload {
@@ -467,6 +474,7 @@ fn common_uploads(study: &Study, config: &SubmitConfig) -> Result<Vec<Upload>> {
 fn model_uploads(
     study: &Study,
     config: &SubmitConfig,
+    models: &mut dlas_runner::models::Models,
     combinations: &[Combination],
 ) -> Result<Vec<Upload>> {
     let mut files = vec![Upload {
@@ -479,7 +487,16 @@ fn model_uploads(
         .iter()
         .map(|m| (study.onnx_model_path(m), m.path.as_path()))
         .collect();
-    for local in dlas_runner::models::files_for(study, combinations, &config.project_root)? {
+    // Resolved (generated if absent) and hash-checked once per process by
+    // `Models`, however many boards read the same file.
+    let mut locals: Vec<PathBuf> = Vec::new();
+    for c in combinations {
+        let path = models.path(study, &dlas_runner::models::model_file_of(c))?;
+        if !locals.contains(&path) {
+            locals.push(path);
+        }
+    }
+    for local in locals {
         let remote = match users.iter().find(|(path, _)| path == &local) {
             Some((_, written)) => {
                 if written.is_absolute() {

@@ -125,25 +125,6 @@ pub fn model_file_of(c: &Combination) -> Combination {
     }
 }
 
-/// The model files a host run of `combinations` reads, verified (and
-/// generated into the cache first when absent), each once, in plan order.
-/// A coordinator that runs a shard on another machine copies exactly these.
-pub fn files_for(
-    study: &Study,
-    combinations: &[Combination],
-    project_root: &Path,
-) -> Result<Vec<PathBuf>> {
-    let mut models = Models::new(project_root)?;
-    let mut files: Vec<PathBuf> = Vec::new();
-    for c in combinations {
-        let path = models.path(study, &model_file_of(c))?;
-        if !files.contains(&path) {
-            files.push(path);
-        }
-    }
-    Ok(files)
-}
-
 /// The ONNX bytes of a compressed zoo network (see [`Models`] for the
 /// recipe of each technique). Deterministic: the same combination gives the
 /// same bytes, which `data/models.lock` pins for fp16 and int8.
