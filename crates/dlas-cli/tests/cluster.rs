@@ -524,7 +524,7 @@ fn ssh_boards_run_resume_and_merge_a_study() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains(&format!("ssh to "))
+        stderr.contains("ssh to ")
             && stderr.contains(&board)
             && stderr.contains("Permission denied (publickey)"),
         "{stderr}"
@@ -559,6 +559,12 @@ fn ssh_boards_run_resume_and_merge_a_study() {
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains("host shard 0/2") && stderr.contains("did not complete"),
+        "{stderr}"
+    );
+    // The board's next shard went through a new connection.
+    assert!(
+        stderr.contains("connection lost; connecting again")
+            && stderr.contains("host shard 1/2: running"),
         "{stderr}"
     );
     // The board's run died with its connection: nothing is left running there.

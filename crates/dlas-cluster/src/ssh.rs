@@ -574,7 +574,7 @@ fn run_board(
             .collect()
     };
     let started = Instant::now();
-    let session = match Session::open(destination, &ssh.transport, &ssh.remote_dir, socket) {
+    let mut session = match Session::open(destination, &ssh.transport, &ssh.remote_dir, socket) {
         Ok(s) => s,
         Err(e) => return all_failed(e),
     };
@@ -586,15 +586,21 @@ fn run_board(
         started.elapsed().as_secs_f64()
     ));
     let mut failures = Vec::new();
-    for assignment in assignments {
+    for (i, assignment) in assignments.iter().enumerate() {
         let label = format!(
             "{} shard {}/{}",
             assignment.device, assignment.shard, assignment.count
         );
+        if let Err(e) = session.reconnect_if_lost() {
+            failures.extend(all_failed(e).into_iter().skip(i));
+            break;
+        }
         let started = Instant::now();
         let ran = session.run_shard(assignment, study, config);
         // Whatever the run did, what it measured is fetched.
-        let fetched = session.fetch_shard(assignment, &config.results_dir);
+        let fetched = session
+            .reconnect_if_lost()
+            .and_then(|()| session.fetch_shard(assignment, &config.results_dir));
         match (ran, fetched) {
             (Ok(()), Ok(rows)) => session.say(&format!(
                 "{label}: {rows} rows fetched in {:.1} s",
@@ -632,52 +638,7 @@ impl<'a> Session<'a> {
         root: &'a str,
         socket: &Path,
     ) -> Result<Session<'a>> {
-        let log_path = socket.with_extension("log");
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("cannot create {}", log_path.display()))?;
-        let mut command = ssh_command(destination, transport, socket);
-        command
-            .args(["-o", "ControlMaster=yes", "-o", "ControlPersist=no", "-N"])
-            .arg(ssh_target(destination))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        let mut master = command
-            .spawn()
-            .context("cannot run ssh; install the OpenSSH client (openssh-client)")?;
-        // The control socket appears once the master has logged in.
-        let patience = Duration::from_secs(transport.connect_timeout_s * 3 + 10);
-        let deadline = Instant::now() + patience;
-        loop {
-            if socket.exists() {
-                break;
-            }
-            if let Some(status) = master.try_wait()? {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                let hint = if log.contains("Host key verification failed") {
-                    format!(
-                        "; add the board's key to known_hosts (ssh-keyscan -p {} {}) or pass \
-                         --ssh-option StrictHostKeyChecking=accept-new",
-                        destination.port, destination.addr
-                    )
-                } else {
-                    String::new()
-                };
-                bail!(
-                    "ssh to {destination} failed: {}{hint}",
-                    last_lines(&log, 2).unwrap_or_else(|| format!("exit status {status}"))
-                );
-            }
-            if Instant::now() > deadline {
-                let _ = master.kill();
-                let _ = master.wait();
-                bail!(
-                    "ssh to {destination} failed: no session after {} s",
-                    patience.as_secs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let master = spawn_master(destination, transport, socket)?;
         let session = Session {
             destination,
             transport,
@@ -701,6 +662,16 @@ impl<'a> Session<'a> {
 
     fn say(&self, message: &str) {
         eprintln!("[{}] {message}", self.destination);
+    }
+
+    /// Logs in again if the connection was lost (the master has exited), so
+    /// one dropped link costs one shard, not the rest of the board's.
+    fn reconnect_if_lost(&mut self) -> Result<()> {
+        if self.master.try_wait()?.is_some() {
+            self.say("connection lost; connecting again");
+            self.master = spawn_master(self.destination, self.transport, &self.socket)?;
+        }
+        Ok(())
     }
 
     /// `ssh … target sh -c SCRIPT` through the master connection.
@@ -1070,6 +1041,52 @@ impl Drop for Session<'_> {
         let _ = self.master.kill();
         let _ = self.master.wait();
     }
+}
+
+/// Starts the master connection of a board and waits until it has logged
+/// in (its control socket appears) or failed (its reason is in its log).
+fn spawn_master(destination: &Destination, transport: &Transport, socket: &Path) -> Result<Child> {
+    let log_path = socket.with_extension("log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let mut master = ssh_command(destination, transport, socket)
+        .args(["-o", "ControlMaster=yes", "-o", "ControlPersist=no", "-N"])
+        .arg(ssh_target(destination))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("cannot run ssh; install the OpenSSH client (openssh-client)")?;
+    let patience = Duration::from_secs(transport.connect_timeout_s * 3 + 10);
+    let deadline = Instant::now() + patience;
+    while !socket.exists() {
+        if let Some(status) = master.try_wait()? {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let hint = if log.contains("Host key verification failed") {
+                format!(
+                    "; add the board's key to known_hosts (ssh-keyscan -p {} {}) or pass \
+                     --ssh-option StrictHostKeyChecking=accept-new",
+                    destination.port, destination.addr
+                )
+            } else {
+                String::new()
+            };
+            bail!(
+                "ssh to {destination} failed: {}{hint}",
+                last_lines(&log, 2).unwrap_or_else(|| format!("exit status {status}"))
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = master.kill();
+            let _ = master.wait();
+            bail!(
+                "ssh to {destination} failed: no session after {} s",
+                patience.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(master)
 }
 
 /// `ssh` with the transport's options; the caller adds the target and command.

@@ -16,56 +16,59 @@ pub enum ExecutorKind {
     Ssh,
 }
 
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    #[arg(long, default_value = "dlas")]
+    study: String,
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Slurm)]
+    executor: ExecutorKind,
+    /// Slurm: device=partition[,constraint], once per device to run.
+    #[arg(long = "map")]
+    map: Vec<DeviceMap>,
+    /// SSH: device=[user@]addr[:port], once per board (several boards may share a device).
+    #[arg(long = "host")]
+    host: Vec<SshHost>,
+    /// Shards per device (SSH default: one per board of the device; Slurm: 1).
+    #[arg(long)]
+    shards: Option<usize>,
+    #[arg(long)]
+    runs_per_task: Option<usize>,
+    #[arg(long, default_value = "")]
+    filter: String,
+    /// The folder that receives job scripts, logs and every shard's results.
+    #[arg(long)]
+    results_dir: PathBuf,
+    /// The dlas binary the tasks run (default: this one); for boards of
+    /// another architecture, one built for them.
+    #[arg(long)]
+    dlas: Option<PathBuf>,
+    /// Slurm: time limit per task [default: 04:00:00].
+    #[arg(long)]
+    time: Option<String>,
+    /// Slurm: write the scripts without submitting them.
+    #[arg(long)]
+    dry_run: bool,
+    /// SSH: the private key to log in with.
+    #[arg(long)]
+    identity: Option<PathBuf>,
+    /// SSH: an ssh option as Key=Value (e.g. StrictHostKeyChecking=accept-new), repeatable.
+    #[arg(long = "ssh-option")]
+    ssh_option: Vec<String>,
+    /// SSH: seconds to wait for a board to answer.
+    #[arg(long, default_value_t = 10)]
+    connect_timeout: u64,
+    /// SSH: the working folder on each board (relative to the login's home).
+    #[arg(long, default_value = "dlas")]
+    remote_dir: String,
+    /// Extra arguments for each task's `dlas run` (e.g. --runs 20); must come last.
+    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
+    run_args: Vec<String>,
+}
+
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Send each device its shards: Slurm job arrays, or runs on boards over SSH.
-    Submit {
-        #[arg(long, default_value = "dlas")]
-        study: String,
-        #[arg(long, value_enum, default_value_t = ExecutorKind::Slurm)]
-        executor: ExecutorKind,
-        /// Slurm: device=partition[,constraint], once per device to run.
-        #[arg(long = "map")]
-        map: Vec<DeviceMap>,
-        /// SSH: device=[user@]addr[:port], once per board (several boards may share a device).
-        #[arg(long = "host")]
-        host: Vec<SshHost>,
-        /// Shards per device (SSH default: one per board of the device; Slurm: 1).
-        #[arg(long)]
-        shards: Option<usize>,
-        #[arg(long)]
-        runs_per_task: Option<usize>,
-        #[arg(long, default_value = "")]
-        filter: String,
-        /// The folder that receives job scripts, logs and every shard's results.
-        #[arg(long)]
-        results_dir: PathBuf,
-        /// The dlas binary the tasks run (default: this one); for boards of
-        /// another architecture, one built for them.
-        #[arg(long)]
-        dlas: Option<PathBuf>,
-        /// Slurm: time limit per task [default: 04:00:00].
-        #[arg(long)]
-        time: Option<String>,
-        /// Slurm: write the scripts without submitting them.
-        #[arg(long)]
-        dry_run: bool,
-        /// SSH: the private key to log in with.
-        #[arg(long)]
-        identity: Option<PathBuf>,
-        /// SSH: an ssh option as Key=Value (e.g. StrictHostKeyChecking=accept-new), repeatable.
-        #[arg(long = "ssh-option")]
-        ssh_option: Vec<String>,
-        /// SSH: seconds to wait for a board to answer.
-        #[arg(long, default_value_t = 10)]
-        connect_timeout: u64,
-        /// SSH: the working folder on each board (relative to the login's home).
-        #[arg(long, default_value = "dlas")]
-        remote_dir: String,
-        /// Extra arguments for each task's `dlas run` (e.g. --runs 20); must come last.
-        #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-        run_args: Vec<String>,
-    },
+    Submit(Box<SubmitArgs>),
     /// Per device and shard: queued, running, done or failed (Slurm); fetched, partial or missing (SSH).
     Status {
         #[arg(long)]
@@ -82,24 +85,25 @@ pub enum Command {
 
 pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
     match command {
-        Command::Submit {
-            study,
-            executor,
-            map,
-            host,
-            shards,
-            runs_per_task,
-            filter,
-            results_dir,
-            dlas,
-            time,
-            dry_run,
-            identity,
-            ssh_option,
-            connect_timeout,
-            remote_dir,
-            run_args,
-        } => {
+        Command::Submit(args) => {
+            let SubmitArgs {
+                study,
+                executor,
+                map,
+                host,
+                shards,
+                runs_per_task,
+                filter,
+                results_dir,
+                dlas,
+                time,
+                dry_run,
+                identity,
+                ssh_option,
+                connect_timeout,
+                remote_dir,
+                run_args,
+            } = args.as_ref();
             let executor = match executor {
                 ExecutorKind::Slurm => {
                     if !host.is_empty() || identity.is_some() || !ssh_option.is_empty() {
