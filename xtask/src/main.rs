@@ -42,6 +42,7 @@ enum Task {
     /// Benchmarks: `harness` (timing-loop overhead), `engine` (the native engine
     /// per layer against the measured peak, per network against ONNX Runtime and tract),
     /// `tune` (tuned against untuned native engine and against ONNX Runtime, with search time).
+    /// `cluster` (the coordinator with a synthetic fleet, docs/scaling.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,

@@ -70,21 +70,6 @@ fn unavailable(
     }
 }
 
-/// The combination whose model file a combination runs: the native engine
-/// quantises or halves an fp32 model itself, while the runtimes read the fp16
-/// or QDQ file.
-pub(crate) fn model_file_of(c: &Combination) -> Combination {
-    if c.compiler == "native" && !c.compression.is_pruning() {
-        Combination {
-            compression: Compression::Dense,
-            level: 0.0,
-            ..c.clone()
-        }
-    } else {
-        c.clone()
-    }
-}
-
 /// Measures `combinations` (all on device `host`) into `config.results`.
 pub fn run_host(
     study: &Study,
@@ -135,7 +120,7 @@ pub fn run_host(
         .iter()
         .filter(|c| unavailable(c, &ort, &tuned).is_none())
     {
-        models.path(study, &model_file_of(c))?;
+        models.path(study, &models::model_file_of(c))?;
     }
     let progress = Progress::new(todo.len());
     let mut source = None;
@@ -195,7 +180,7 @@ fn measure_one(
             None,
         ))
     };
-    let path = match models.path(study, &model_file_of(c)) {
+    let path = match models.path(study, &models::model_file_of(c)) {
         Ok(p) => p,
         Err(e) => return failed(e),
     };

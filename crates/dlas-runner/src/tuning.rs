@@ -115,7 +115,7 @@ pub fn tasks(
                 .or_default() += 1;
             continue;
         }
-        let path = models.path(study, &crate::run::model_file_of(c))?;
+        let path = models.path(study, &crate::models::model_file_of(c))?;
         let bytes = std::fs::read(&path)?;
         let (graph, weights) = dlas_onnx::import(&bytes, &c.model, c.dataset)?;
         let config = crate::native::engine_config(c, threads, seed, &graph, &weights);

@@ -1,9 +1,12 @@
 //! `dlas bench harness`: the timing loop's own cost per timed run.
+//! (`dlas bench cluster`, the coordinator at scale, is in [`cluster`].)
 //!
 //! The same `timing::measure` that times every combination times a session
 //! that does no work (it returns its input), so what it measures is the
 //! harness: clock reads, the call, and the output's allocation. It must stay
 //! under 5 µs per run, far below the smallest inference time reported.
+
+mod cluster;
 
 use anyhow::Result;
 use dlas_backends::Session;
@@ -49,6 +52,9 @@ pub enum Command {
         #[arg(long)]
         records: Option<std::path::PathBuf>,
     },
+    /// The coordinator at scale: a synthetic study of mocked devices is
+    /// planned, submitted (Slurm, dry run), run and collected, each step timed.
+    Cluster(cluster::Args),
 }
 
 struct Identity;
@@ -82,6 +88,7 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
             *threads,
             records.clone(),
         ),
+        Command::Cluster(args) => cluster::run(project, args),
         Command::Harness { runs } => {
             let input = vec![0.5f32; 3 * 32 * 32];
             let protocol = Protocol {
