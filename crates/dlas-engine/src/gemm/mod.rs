@@ -83,6 +83,8 @@ impl Panels {
 pub(crate) enum BSource<'a> {
     /// Packed in `nr`-column panels holding all of K.
     Panels(&'a Panels),
+    /// The same, f32 values.
+    Packed(&'a [f32]),
     /// Row-major with row stride n: the input of a 1x1 stride-1 convolution.
     Rows(&'a [f32]),
     /// The im2col matrix of group `g` of an NCHW input.
@@ -116,6 +118,18 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
+    static KEPT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with a buffer this thread keeps across runs, for operands that
+/// all of a layer's tasks share. A thread waiting for its tasks may pick
+/// up another layer's (grouped convolutions run groups in parallel) while
+/// its buffer is lent out; that one gets a fresh buffer.
+fn with_kept_buffer<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
+    KEPT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut kept) => f(&mut kept),
+        Err(_) => f(&mut Vec::new()),
+    })
 }
 
 /// One task's `kb` x `nc` block of B: where panel `jr` starts and its row
@@ -152,6 +166,13 @@ impl BBlock {
                     edge: None,
                 }
             }
+            BSource::Packed(x) => BBlock {
+                base: x[pc * nr..].as_ptr(),
+                stride: k * nr,
+                first: 0,
+                ldb: nr,
+                edge: None,
+            },
             BSource::Rows(x) => {
                 let last = panels.end - 1;
                 let edge = (n < (last + 1) * nr).then(|| {
@@ -212,9 +233,11 @@ pub(crate) fn gemm(
 ) {
     if let (true, BSource::Im2col { input, w, g }) = (par_m, b) {
         // Every row block needs all of B: pack it once, in parallel.
-        let packed = Panels::F32(pack_im2col(input, w, g, s.nr, k));
-        let b = BSource::Panels(&packed);
-        return gemm(s, isa, par_m, (m, n, k), a, b, c, ldc, finishing);
+        return with_kept_buffer(|packed| {
+            pack_im2col(input, w, g, (s.nr, k), packed);
+            let b = BSource::Packed(packed);
+            gemm(s, isa, par_m, (m, n, k), a, b, c, ldc, finishing)
+        });
     }
     let micro = microkernel(s.mr, s.nr, isa);
     let (mr, nr) = (s.mr, s.nr);
@@ -463,8 +486,10 @@ impl GemmConv {
                 // whole blocks): a task's panel stays in L1/L2 while every
                 // weight row of the task streams over it.
                 let krows = red.next_multiple_of(m.c);
-                let b = pack_im2col(input, w, g, strip(m.r, pix), krows);
-                sparse_gemm(&self.s, m, &b, krows, pix, g * ocg, c, epi, residual, self.isa);
+                with_kept_buffer(|b| {
+                    pack_im2col(input, w, g, (strip(m.r, pix), krows), b);
+                    sparse_gemm(&self.s, m, b, krows, pix, g * ocg, c, epi, residual, self.isa);
+                })
             }),
         }
     }

@@ -39,19 +39,27 @@ pub(crate) fn pack_panels(
 /// The im2col matrix of group `g` of an NCHW sample (rows: reduction index
 /// ic * k * k + ky * k + kx, padded with zero rows to `krows`; columns:
 /// output pixels), packed straight from the input in panels of `width`
-/// columns.
+/// columns into `out` (resized; every value written), in parallel.
 pub(crate) fn pack_im2col(
     input: &[f32],
     w: &Workload,
     g: usize,
-    width: usize,
-    krows: usize,
-) -> Vec<f32> {
-    pack_im2col_with(input, w, g, width, krows, |x| x)
+    (width, krows): (usize, usize),
+    out: &mut Vec<f32>,
+) {
+    let (ow, pix) = (w.out_w, w.out_pixels());
+    out.resize(pix.div_ceil(width) * krows * width, 0.0);
+    out.par_chunks_mut(krows * width)
+        .enumerate()
+        .for_each(|(p, panel)| {
+            let cols = p * width..pix.min((p + 1) * width);
+            let pixels = Window::new(w, cols.map(|col| Some((col / ow, col % ow))));
+            pixels.fill(input, w, g, width, 0..krows, panel, &|x| x);
+        });
 }
 
-/// [`pack_im2col`] with each input value mapped by `f` (padding stays
-/// `T::default()`, so `f` must map the input's zero to it).
+/// [`pack_im2col`] into a new buffer, with each input value mapped by `f`
+/// (padding stays `T::default()`, so `f` must map the input's zero to it).
 pub(crate) fn pack_im2col_with<S: Copy + Sync, T: Copy + Default + Send>(
     input: &[S],
     w: &Workload,
@@ -122,7 +130,6 @@ pub(crate) fn pack_im2col_block(
 struct Window {
     /// Window origin per column; padding columns get one outside every input.
     origin: [(isize, isize); MAX_WIDTH],
-    cols: usize,
     /// (first column, length, origin y, origin x) of each run (stride 1).
     runs: Vec<(usize, usize, isize, isize)>,
 }
@@ -152,11 +159,11 @@ impl Window {
                 }
             }
         }
-        Window { origin, cols, runs }
+        Window { origin, runs }
     }
 
     /// Writes reduction rows `rows` of the panel (`width` values each) to
-    /// `panel`, every value, zeros in the padding.
+    /// `panel`: every value, zeros in the padding.
     #[allow(clippy::too_many_arguments)]
     fn fill<S: Copy, T: Copy + Default>(
         &self,
@@ -172,36 +179,47 @@ impl Window {
         let (ih, iw) = (w.in_h as isize, w.in_w);
         let plane = w.in_h * w.in_w;
         for (q, dst) in rows.zip(panel.chunks_exact_mut(width)) {
-            dst.fill(T::default());
             if q >= red {
+                dst.fill(T::default());
                 continue;
             }
             let (i, ky, kx) = (q / (k * k), (q / k % k) as isize, (q % k) as isize);
             let src = &input[(g * icg + i) * plane..][..plane];
             if w.stride == 1 {
+                // Runs are in column order: zero the gaps between their
+                // valid stretches as they come.
+                let mut done = 0;
                 for &(j0, len, y0, x0) in &self.runs {
                     let (iy, x0) = (y0 + ky, x0 + kx);
-                    if iy < 0 || iy >= ih {
-                        continue;
-                    }
-                    // Columns j of the run with 0 <= x0 + j < iw.
-                    let lo = (-x0).clamp(0, len as isize) as usize;
-                    let hi = (iw as isize - x0).clamp(0, len as isize) as usize;
+                    // Columns j of the run with 0 <= x0 + j < iw, if the row is inside.
+                    let (lo, hi) = if iy < 0 || iy >= ih {
+                        (0, 0)
+                    } else {
+                        (
+                            (-x0).clamp(0, len as isize) as usize,
+                            (iw as isize - x0).clamp(0, len as isize) as usize,
+                        )
+                    };
                     if lo < hi {
+                        dst[done..j0 + lo].fill(T::default());
                         let row = &src[iy as usize * iw..][..iw];
                         let start = (x0 + lo as isize) as usize;
                         for (d, &v) in dst[j0 + lo..j0 + hi].iter_mut().zip(&row[start..]) {
                             *d = f(v);
                         }
+                        done = j0 + hi;
                     }
                 }
+                dst[done..].fill(T::default());
                 continue;
             }
-            for (d, &(y0, x0)) in dst.iter_mut().zip(&self.origin[..self.cols]) {
+            for (d, &(y0, x0)) in dst.iter_mut().zip(&self.origin) {
                 let (iy, ix) = (y0 + ky, x0 + kx);
-                if iy >= 0 && iy < ih && ix >= 0 && (ix as usize) < iw {
-                    *d = f(src[iy as usize * iw + ix as usize]);
-                }
+                *d = if iy >= 0 && iy < ih && ix >= 0 && (ix as usize) < iw {
+                    f(src[iy as usize * iw + ix as usize])
+                } else {
+                    T::default()
+                };
             }
         }
     }
