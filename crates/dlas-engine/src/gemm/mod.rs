@@ -154,6 +154,7 @@ impl BBlock {
         panels: Range<usize>,
         (n, k, nr): (usize, usize, usize),
         (pc, kb): (usize, usize),
+        isa: Isa,
     ) -> BBlock {
         match b {
             BSource::Panels(p) => {
@@ -194,7 +195,7 @@ impl BBlock {
             }
             BSource::Im2col { input, w, g } => {
                 buf.resize(panels.len() * kb * nr, 0.0);
-                pack_im2col_block(input, w, g, nr, (panels.clone(), pc..pc + kb), buf);
+                pack_im2col_block(input, w, g, nr, (panels.clone(), pc..pc + kb), buf, isa);
                 BBlock {
                     base: buf.as_ptr(),
                     stride: kb * nr,
@@ -234,7 +235,7 @@ pub(crate) fn gemm(
     if let (true, BSource::Im2col { input, w, g }) = (par_m, b) {
         // Every row block needs all of B: pack it once, in parallel.
         return with_kept_buffer(|packed| {
-            pack_im2col(input, w, g, (s.nr, k), packed);
+            pack_im2col(input, w, g, (s.nr, k), packed, isa);
             let b = BSource::Packed(packed);
             gemm(s, isa, par_m, (m, n, k), a, b, c, ldc, finishing)
         });
@@ -251,7 +252,14 @@ pub(crate) fn gemm(
                 for pc in (0..k).step_by(s.kc) {
                     let kb = s.kc.min(k - pc);
                     let last = pc + kb == k;
-                    let bb = BBlock::new(b, &mut scratch.b, b_panels.clone(), (n, k, nr), (pc, kb));
+                    let bb = BBlock::new(
+                        b,
+                        &mut scratch.b,
+                        b_panels.clone(),
+                        (n, k, nr),
+                        (pc, kb),
+                        isa,
+                    );
                     for i in is.clone() {
                         let rows = rows_of(i);
                         let a_panels = rows.start / mr..rows.end.div_ceil(mr);
@@ -487,7 +495,7 @@ impl GemmConv {
                 // weight row of the task streams over it.
                 let krows = red.next_multiple_of(m.c);
                 with_kept_buffer(|b| {
-                    pack_im2col(input, w, g, (strip(m.r, pix), krows), b);
+                    pack_im2col(input, w, g, (strip(m.r, pix), krows), b, self.isa);
                     sparse_gemm(&self.s, m, b, krows, pix, g * ocg, c, epi, residual, self.isa);
                 })
             }),
