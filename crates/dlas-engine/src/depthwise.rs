@@ -237,8 +237,14 @@ fn split_pairs_avx512(src: &[f32], first: &mut [f32], second: &mut [f32]) -> usi
         unsafe {
             let a = _mm512_loadu_ps(src.as_ptr().add(32 * i));
             let b = _mm512_loadu_ps(src.as_ptr().add(32 * i + 16));
-            _mm512_storeu_ps(first.as_mut_ptr().add(16 * i), _mm512_permutex2var_ps(a, even, b));
-            _mm512_storeu_ps(second.as_mut_ptr().add(16 * i), _mm512_permutex2var_ps(a, odd, b));
+            _mm512_storeu_ps(
+                first.as_mut_ptr().add(16 * i),
+                _mm512_permutex2var_ps(a, even, b),
+            );
+            _mm512_storeu_ps(
+                second.as_mut_ptr().add(16 * i),
+                _mm512_permutex2var_ps(a, odd, b),
+            );
         }
     }
     chunks * 16
@@ -306,9 +312,8 @@ unsafe fn plane_avx2(p: Plane<'_>, o: &mut [f32], fused: Fused, res: Option<&[f3
     const L: usize = 8;
     let n = p.width;
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let mask = |x: usize| {
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(n.saturating_sub(x).min(L) as i32), lane)
-    };
+    let mask =
+        |x: usize| _mm256_cmpgt_epi32(_mm256_set1_epi32(n.saturating_sub(x).min(L) as i32), lane);
     for r in 0..o.len() / n {
         let (buf, row) = (p.buf[r * p.row_step..].as_ptr(), r * n);
         for x0 in (0..n).step_by(4 * L) {

@@ -164,7 +164,10 @@ impl Arena {
     }
 
     fn give(&self, v: Vec<f32>) {
-        self.0.lock().expect("the arena's users do not panic").push(v);
+        self.0
+            .lock()
+            .expect("the arena's users do not panic")
+            .push(v);
     }
 }
 

@@ -212,7 +212,10 @@ impl BBlock {
         match self.edge {
             // The copy is packed: its rows are one panel (nr = stride) apart.
             Some((e, p)) if e == jr => (p, self.stride),
-            _ => (self.base.wrapping_add((jr - self.first) * self.stride), self.ldb),
+            _ => (
+                self.base.wrapping_add((jr - self.first) * self.stride),
+                self.ldb,
+            ),
         }
     }
 }
@@ -496,7 +499,18 @@ impl GemmConv {
                 let krows = red.next_multiple_of(m.c);
                 with_kept_buffer(|b| {
                     pack_im2col(input, w, g, (strip(m.r, pix), krows), b, self.isa);
-                    sparse_gemm(&self.s, m, b, krows, pix, g * ocg, c, epi, residual, self.isa);
+                    sparse_gemm(
+                        &self.s,
+                        m,
+                        b,
+                        krows,
+                        pix,
+                        g * ocg,
+                        c,
+                        epi,
+                        residual,
+                        self.isa,
+                    );
                 })
             }),
         }

@@ -222,11 +222,18 @@ impl Window {
         let plane = w.in_h * w.in_w;
         assert!(width.is_multiple_of(16) && width <= MAX_WIDTH);
         let vectors = width / 16;
-        let (ih, iw) = (_mm512_set1_epi32(w.in_h as i32), _mm512_set1_epi32(w.in_w as i32));
+        let (ih, iw) = (
+            _mm512_set1_epi32(w.in_h as i32),
+            _mm512_set1_epi32(w.in_w as i32),
+        );
         // SAFETY: y0 and x0 hold MAX_WIDTH >= 16 * vectors values.
-        let load = |a: &[i32; MAX_WIDTH], v: usize| unsafe { _mm512_loadu_si512(a.as_ptr().add(16 * v).cast()) };
-        let y0: [__m512i; MAX_WIDTH / 16] = std::array::from_fn(|v| load(&self.y0, v.min(vectors - 1)));
-        let x0: [__m512i; MAX_WIDTH / 16] = std::array::from_fn(|v| load(&self.x0, v.min(vectors - 1)));
+        let load = |a: &[i32; MAX_WIDTH], v: usize| unsafe {
+            _mm512_loadu_si512(a.as_ptr().add(16 * v).cast())
+        };
+        let y0: [__m512i; MAX_WIDTH / 16] =
+            std::array::from_fn(|v| load(&self.y0, v.min(vectors - 1)));
+        let x0: [__m512i; MAX_WIDTH / 16] =
+            std::array::from_fn(|v| load(&self.x0, v.min(vectors - 1)));
         for (q, dst) in rows.zip(panel.chunks_exact_mut(width)) {
             if q >= red {
                 dst.fill(0.0);
@@ -244,7 +251,12 @@ impl Window {
                 // at yy * iw + xx < plane = src.len() (Window::new checked
                 // that this fits i32); the store is dst[16v..16v + 16].
                 unsafe {
-                    let x = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), inside, at, src.as_ptr().cast());
+                    let x = _mm512_mask_i32gather_ps::<4>(
+                        _mm512_setzero_ps(),
+                        inside,
+                        at,
+                        src.as_ptr().cast(),
+                    );
                     _mm512_storeu_ps(dst.as_mut_ptr().add(16 * v), x);
                 }
             }
