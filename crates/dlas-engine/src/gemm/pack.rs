@@ -128,42 +128,41 @@ pub(crate) fn pack_im2col_block(
 }
 
 /// The windows of one panel's columns: their top-left input coordinates
-/// and, at stride 1, runs of consecutive pixels of one output row, for
-/// which each tap reads one contiguous stretch of an input row.
+/// and, at strides 1 and 2, runs of consecutive pixels of one output row,
+/// for which each tap reads one stretch of an input row (every column at
+/// stride 1, every other one at stride 2).
 struct Window {
     /// Window origin (y, x) per column; padding columns get one outside
-    /// every input. i32, the lane type of the vector gathers.
-    y0: [i32; MAX_WIDTH],
-    x0: [i32; MAX_WIDTH],
-    /// (first column, length, origin y, origin x) of each run (stride 1).
+    /// every input.
+    y0: [isize; MAX_WIDTH],
+    x0: [isize; MAX_WIDTH],
+    /// (first column, length, origin y, origin x) of each run (strides 1, 2).
     runs: [(usize, usize, isize, isize); MAX_WIDTH],
     n_runs: usize,
 }
 
 impl Window {
     fn new(w: &Workload, pixels: impl Iterator<Item = Option<(usize, usize)>>) -> Window {
-        assert!(
-            w.in_h * w.in_w + w.padding * (w.in_w + 1) < i32::MAX as usize,
-            "input planes index in i32"
-        );
-        let (s, p) = (w.stride as i32, w.padding as i32);
-        let (mut y0, mut x0) = ([i32::MIN / 2; MAX_WIDTH], [0; MAX_WIDTH]);
+        let (s, p) = (w.stride as isize, w.padding as isize);
+        let (mut y0, mut x0) = ([isize::MIN / 2; MAX_WIDTH], [0; MAX_WIDTH]);
         let mut cols = 0;
         // Indexing the arrays bounds the panel width at MAX_WIDTH.
         for (j, px) in pixels.enumerate() {
-            if let Some((oy, ox)) = px {
-                (y0[j], x0[j]) = (oy as i32 * s - p, ox as i32 * s - p);
-            }
+            (y0[j], x0[j]) = match px {
+                Some((oy, ox)) => (oy as isize * s - p, ox as isize * s - p),
+                // Consecutive padding columns make one run (of zeros).
+                None => (isize::MIN / 2, j as isize * s),
+            };
             cols = j + 1;
         }
         let mut runs = [(0, 0, 0, 0); MAX_WIDTH];
         let mut n_runs = 0;
-        if s == 1 {
+        if s <= 2 {
             for j in 0..cols {
-                let (y, x) = (y0[j] as isize, x0[j] as isize);
+                let (y, x) = (y0[j], x0[j]);
                 match runs[..n_runs].last_mut() {
                     Some((j0, len, ry, rx))
-                        if *ry == y && *rx + (j - *j0) as isize == x && *j0 + *len == j =>
+                        if *ry == y && *rx + s * (j - *j0) as isize == x && *j0 + *len == j =>
                     {
                         *len += 1
                     }
@@ -182,7 +181,7 @@ impl Window {
         }
     }
 
-    /// [`Window::fill`] of f32 values, with gathers on AVX-512.
+    /// [`Window::fill`] of f32 values, with vector copies on AVX-512.
     #[allow(clippy::too_many_arguments)]
     fn fill_f32(
         &self,
@@ -195,7 +194,7 @@ impl Window {
         isa: Isa,
     ) {
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512 && width.is_multiple_of(16) {
+        if isa == Isa::Avx512 && w.stride <= 2 {
             // SAFETY: the CPU has AVX-512F (`isa` never exceeds Isa::detect()).
             return unsafe { self.fill_avx512(input, w, g, width, rows, panel) };
         }
@@ -203,9 +202,13 @@ impl Window {
         self.fill(input, w, g, width, rows, panel, &|x| x)
     }
 
-    /// [`Window::fill`] of an f32 panel whose width is a multiple of 16,
-    /// one masked AVX-512 gather per 16 values: no per-run logic, which
-    /// dominates on the short rows of small feature maps.
+    /// [`Window::fill`] of f32 values at stride 1 or 2 with AVX-512. A
+    /// tap (ky, kx) copies the same input stretches from every channel, so
+    /// each tap's copies are worked out once, as masked 16-lane chunks of
+    /// the runs (the masks drop input columns outside the row, and every
+    /// column of rows outside the input), then replayed per channel: a
+    /// masked load (two and a permute keeping the even columns at stride
+    /// 2) and a masked store per chunk.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     fn fill_avx512(
@@ -218,46 +221,86 @@ impl Window {
         panel: &mut [f32],
     ) {
         use std::arch::x86_64::*;
-        let (k, icg, red) = (w.kernel, w.in_channels_per_group(), w.reduction());
+        /// One masked copy: input offset in the channel's plane, panel
+        /// column, input columns to load, panel columns to store.
+        #[derive(Clone, Copy, Default)]
+        struct Chunk {
+            src: isize,
+            dst: usize,
+            load: u32,
+            store: u16,
+        }
+        let (k, icg, red, s) = (w.kernel, w.in_channels_per_group(), w.reduction(), w.stride);
+        let (ih, iw) = (w.in_h as isize, w.in_w as isize);
         let plane = w.in_h * w.in_w;
-        assert!(width.is_multiple_of(16) && width <= MAX_WIDTH);
-        let vectors = width / 16;
-        let (ih, iw) = (
-            _mm512_set1_epi32(w.in_h as i32),
-            _mm512_set1_epi32(w.in_w as i32),
+        let kk = k * k;
+        assert!(
+            panel.len() >= rows.len() * width && input.len() >= (g + 1) * icg * plane,
+            "the panel and the group's input"
         );
-        // SAFETY: y0 and x0 hold MAX_WIDTH >= 16 * vectors values.
-        let load = |a: &[i32; MAX_WIDTH], v: usize| unsafe {
-            _mm512_loadu_si512(a.as_ptr().add(16 * v).cast())
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        // Bits lo..hi of a mask (clamped to 0..=32).
+        let bits = |lo: isize, hi: isize| -> u32 {
+            let ones = |n: isize| ((1u64 << n.clamp(0, 32)) - 1) as u32;
+            ones(hi) & !ones(lo)
         };
-        let y0: [__m512i; MAX_WIDTH / 16] =
-            std::array::from_fn(|v| load(&self.y0, v.min(vectors - 1)));
-        let x0: [__m512i; MAX_WIDTH / 16] =
-            std::array::from_fn(|v| load(&self.x0, v.min(vectors - 1)));
-        for (q, dst) in rows.zip(panel.chunks_exact_mut(width)) {
-            if q >= red {
-                dst.fill(0.0);
-                continue;
+        for q in rows.start.max(red)..rows.end {
+            panel[(q - rows.start) * width..][..width].fill(0.0);
+        }
+        let channels = rows.start / kk..icg.min(rows.end.div_ceil(kk));
+        let mut chunks = [Chunk::default(); MAX_WIDTH];
+        for t in 0..kk {
+            let (ky, kx) = ((t / k) as isize, (t % k) as isize);
+            let mut n = 0;
+            for &(j0, len, y0, x0) in &self.runs[..self.n_runs] {
+                let iy = y0 + ky;
+                for c in (0..len).step_by(16) {
+                    // Input column of the chunk's lane l: x + s * l.
+                    let x = x0 + kx + (s * c) as isize;
+                    let store = bits(0, (len - c).min(16) as isize);
+                    let load = if iy < 0 || iy >= ih {
+                        0
+                    } else if s == 1 {
+                        bits(-x, iw - x) & store
+                    } else {
+                        bits(-x, iw - x)
+                    };
+                    chunks[n] = Chunk {
+                        src: iy * iw + x,
+                        dst: j0 + c,
+                        load,
+                        store: store as u16,
+                    };
+                    n += 1;
+                }
             }
-            let (i, ky, kx) = (q / (k * k), q / k % k, q % k);
-            let src = &input[(g * icg + i) * plane..][..plane];
-            let (ky, kx) = (_mm512_set1_epi32(ky as i32), _mm512_set1_epi32(kx as i32));
-            for v in 0..vectors {
-                let (yy, xx) = (_mm512_add_epi32(y0[v], ky), _mm512_add_epi32(x0[v], kx));
-                // Unsigned compares: negative coordinates are out too.
-                let inside = _mm512_cmplt_epu32_mask(yy, ih) & _mm512_cmplt_epu32_mask(xx, iw);
-                let at = _mm512_add_epi32(_mm512_mullo_epi32(yy, iw), xx);
-                // SAFETY: only lanes with 0 <= yy < ih and 0 <= xx < iw load,
-                // at yy * iw + xx < plane = src.len() (Window::new checked
-                // that this fits i32); the store is dst[16v..16v + 16].
-                unsafe {
-                    let x = _mm512_mask_i32gather_ps::<4>(
-                        _mm512_setzero_ps(),
-                        inside,
-                        at,
-                        src.as_ptr().cast(),
-                    );
-                    _mm512_storeu_ps(dst.as_mut_ptr().add(16 * v), x);
+            for i in channels.clone() {
+                let q = i * kk + t;
+                if !rows.contains(&q) {
+                    continue;
+                }
+                let src = input[(g * icg + i) * plane..].as_ptr();
+                let dst = panel[(q - rows.start) * width..].as_mut_ptr();
+                for ch in &chunks[..n] {
+                    // SAFETY: loads are masked to input columns 0..iw of an
+                    // input row 0..ih of this channel's plane (wrapping_offset
+                    // only forms the address; a chunk whose row is outside
+                    // loads nothing); stores are masked to the run's columns,
+                    // inside the panel row (asserted sizes).
+                    unsafe {
+                        let at = src.wrapping_offset(ch.src);
+                        let v = if s == 1 {
+                            _mm512_maskz_loadu_ps(ch.load as __mmask16, at)
+                        } else {
+                            let a = _mm512_maskz_loadu_ps(ch.load as __mmask16, at);
+                            let b = _mm512_maskz_loadu_ps(
+                                (ch.load >> 16) as __mmask16,
+                                at.wrapping_add(16),
+                            );
+                            _mm512_permutex2var_ps(a, even, b)
+                        };
+                        _mm512_mask_storeu_ps(dst.add(ch.dst), ch.store, v);
+                    }
                 }
             }
         }
@@ -315,7 +358,7 @@ impl Window {
                 continue;
             }
             for ((d, &y0), &x0) in dst.iter_mut().zip(&self.y0).zip(&self.x0) {
-                let (iy, ix) = (y0 as isize + ky, x0 as isize + kx);
+                let (iy, ix) = (y0 + ky, x0 + kx);
                 *d = if iy >= 0 && iy < ih && ix >= 0 && (ix as usize) < iw {
                     f(src[iy as usize * iw + ix as usize])
                 } else {
