@@ -25,6 +25,7 @@
 //! earlier runs; every parallel loop runs on the engine's own thread pool,
 //! never rayon's global one.
 
+mod aligned;
 pub mod config;
 pub mod conv;
 mod depthwise;

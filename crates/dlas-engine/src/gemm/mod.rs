@@ -22,6 +22,7 @@ pub(crate) use micro::tile_isa;
 pub(crate) use pack::{pack_columns, pack_im2col_with};
 pub(crate) use sparse::{sparse_gemm, strip};
 
+use crate::aligned::AlignedVec;
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::Isa;
 use crate::schedule::{GemmSchedule, ParallelLoop};
@@ -59,7 +60,7 @@ impl Panels {
     /// distance between panels, and the first panel the base stands for.
     fn block(
         &self,
-        buf: &mut Vec<f32>,
+        buf: &mut AlignedVec,
         panels: Range<usize>,
         (k, width): (usize, usize),
         (pc, kb): (usize, usize),
@@ -67,7 +68,7 @@ impl Panels {
         match self {
             Panels::F32(v) => (v[pc * width..].as_ptr(), k * width, 0),
             Panels::F16(v) => {
-                buf.resize(panels.len() * kb * width, 0.0);
+                buf.resize(panels.len() * kb * width);
                 for (i, p) in panels.clone().enumerate() {
                     v[(p * k + pc) * width..][..kb * width]
                         .convert_to_f32_slice(&mut buf[i * kb * width..(i + 1) * kb * width]);
@@ -112,23 +113,23 @@ pub(crate) enum Finishing<'a> {
 /// run allocates none.
 #[derive(Default)]
 struct Scratch {
-    a: Vec<f32>,
-    b: Vec<f32>,
+    a: AlignedVec,
+    b: AlignedVec,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
-    static KEPT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static KEPT: RefCell<AlignedVec> = RefCell::default();
 }
 
 /// Runs `f` with a buffer this thread keeps across runs, for operands that
 /// all of a layer's tasks share. A thread waiting for its tasks may pick
 /// up another layer's (grouped convolutions run groups in parallel) while
 /// its buffer is lent out; that one gets a fresh buffer.
-fn with_kept_buffer<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
+fn with_kept_buffer<R>(f: impl FnOnce(&mut AlignedVec) -> R) -> R {
     KEPT.with(|cell| match cell.try_borrow_mut() {
         Ok(mut kept) => f(&mut kept),
-        Err(_) => f(&mut Vec::new()),
+        Err(_) => f(&mut AlignedVec::default()),
     })
 }
 
@@ -150,7 +151,7 @@ impl BBlock {
     /// into `buf`.
     fn new(
         b: BSource<'_>,
-        buf: &mut Vec<f32>,
+        buf: &mut AlignedVec,
         panels: Range<usize>,
         (n, k, nr): (usize, usize, usize),
         (pc, kb): (usize, usize),
@@ -178,8 +179,8 @@ impl BBlock {
                 let last = panels.end - 1;
                 let edge = (n < (last + 1) * nr).then(|| {
                     let valid = n - last * nr;
-                    buf.clear();
-                    buf.resize(kb * nr, 0.0);
+                    buf.resize(kb * nr);
+                    buf.fill(0.0);
                     for (dst, src) in buf.chunks_exact_mut(nr).zip(x[pc * n..].chunks(n)) {
                         dst[..valid].copy_from_slice(&src[last * nr..][..valid]);
                     }
@@ -194,7 +195,7 @@ impl BBlock {
                 }
             }
             BSource::Im2col { input, w, g } => {
-                buf.resize(panels.len() * kb * nr, 0.0);
+                buf.resize(panels.len() * kb * nr);
                 pack_im2col_block(input, w, g, nr, (panels.clone(), pc..pc + kb), buf, isa);
                 BBlock {
                     base: buf.as_ptr(),

@@ -7,6 +7,7 @@
 //! need it) or one reduction block of one task's columns at a time, so the
 //! block is still in L2 when the microkernels read it.
 
+use crate::aligned::AlignedVec;
 use crate::isa::Isa;
 use crate::workload::Workload;
 use rayon::prelude::*;
@@ -46,11 +47,11 @@ pub(crate) fn pack_im2col(
     w: &Workload,
     g: usize,
     (width, krows): (usize, usize),
-    out: &mut Vec<f32>,
+    out: &mut AlignedVec,
     isa: Isa,
 ) {
     let (ow, pix) = (w.out_w, w.out_pixels());
-    out.resize(pix.div_ceil(width) * krows * width, 0.0);
+    out.resize(pix.div_ceil(width) * krows * width);
     out.par_chunks_mut(krows * width)
         .enumerate()
         .for_each(|(p, panel)| {

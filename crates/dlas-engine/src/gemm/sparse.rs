@@ -39,7 +39,7 @@ pub(crate) fn sparse_gemm(
     isa: Isa,
 ) {
     let sw = strip(m.r, n);
-    let task = sparse_task((m.r, m.c), sw, isa);
+    let task = sparse_task(m.r, sw, isa);
     let rows_per_task = (s.mc / m.r).max(1);
     let (row_chunks, col_chunks) = (m.block_rows().div_ceil(rows_per_task), n.div_ceil(s.nc));
     let run = |i: usize, j: usize| {
@@ -250,15 +250,15 @@ unsafe fn portable<const R: usize, const S: usize>(
     }
 }
 
-/// The kernel for `r` x `c` blocks and strips of `s` columns on `isa`.
-fn sparse_task((r, c): (usize, usize), s: usize, isa: Isa) -> SparseTask {
+/// The kernel for blocks of `r` rows and strips of `s` columns on `isa`.
+fn sparse_task(r: usize, s: usize, isa: Isa) -> SparseTask {
     macro_rules! pick {
         ($(($r:literal, $s:literal)),*) => {
             match (r, s) {
                 $(
                     #[cfg(target_arch = "x86_64")]
-                    ($r, $s) if isa == Isa::Avx512 && c == 1 && $s % 16 == 0 => {
-                        columns_avx512::<$r, { $s / 16 }>
+                    ($r, $s) if isa == Isa::Avx512 && $s % 16 == 0 => {
+                        blocks_avx512::<$r, { $s / 16 }>
                     }
                     #[cfg(target_arch = "x86_64")]
                     ($r, $s) if isa == Isa::Avx512 => avx512::<$r, $s>,
@@ -284,14 +284,15 @@ fn sparse_task((r, c): (usize, usize), s: usize, isa: Isa) -> SparseTask {
     )
 }
 
-/// [`sparse_body`] for one-column blocks (CSR, BSR r x 1) written with
-/// AVX-512 intrinsics, so the accumulators provably stay in registers: two
-/// blocks per step into two accumulator sets (2 * R * NV <= 16 registers),
-/// each block one broadcast and NV vector loads of its row of the panel.
+/// [`sparse_body`] written with AVX-512 intrinsics, so the accumulators
+/// provably stay in registers: consecutive block columns (of one block,
+/// or of one-column blocks) two at a time into two accumulator sets
+/// (2 * R * NV <= 16 registers), each column one broadcast per block row
+/// and NV vector loads of its row of the panel.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn columns_avx512<const R: usize, const NV: usize>(
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn blocks_avx512<const R: usize, const NV: usize>(
     m: &BlockSparse,
     (brs, kb): (Range<usize>, usize),
     panel: &[f32],
@@ -303,7 +304,7 @@ unsafe fn columns_avx512<const R: usize, const NV: usize>(
 ) {
     use std::arch::x86_64::*;
     let s = 16 * NV;
-    let rows = panel.len() / s;
+    let (rows, bc) = (panel.len() / s, m.c);
     let row = |k: usize, v: usize| {
         // SAFETY: k < rows (asserted per block row below), and row k of the
         // panel holds s = 16 * NV floats.
@@ -325,30 +326,40 @@ unsafe fn columns_avx512<const R: usize, const NV: usize>(
             continue;
         }
         let cols = &m.block_cols[blocks.clone()];
-        let vals = &m.values[blocks.start * R..blocks.end * R];
-        // Columns ascend within a block row: the last is the furthest.
+        let vals = &m.values[blocks.start * R * bc..blocks.end * R * bc];
+        // Columns ascend within a block row: the last block reaches furthest.
         assert!(
-            cols.last().is_none_or(|&k| k < rows),
+            cols.last().is_none_or(|&k| k + bc <= rows),
             "columns are panel rows"
         );
         let mut acc = [[_mm512_setzero_ps(); NV]; R];
         let mut acc2 = [[_mm512_setzero_ps(); NV]; R];
-        let mut pairs = cols.chunks_exact(2).zip(vals.chunks_exact(2 * R));
-        for (k, v) in &mut pairs {
+        // Column cc of a block: B row k0 + cc times values v[rr * bc + cc].
+        let step = |set: &mut [[__m512; NV]; R], k: usize, v: &[f32], cc: usize| {
             for j in 0..NV {
-                let (b0, b1) = (row(k[0], j), row(k[1], j));
+                let b = row(k + cc, j);
                 for r in 0..R {
-                    acc[r][j] = _mm512_fmadd_ps(_mm512_set1_ps(v[r]), b0, acc[r][j]);
-                    acc2[r][j] = _mm512_fmadd_ps(_mm512_set1_ps(v[R + r]), b1, acc2[r][j]);
+                    set[r][j] = _mm512_fmadd_ps(_mm512_set1_ps(v[r * bc + cc]), b, set[r][j]);
                 }
             }
-        }
-        if cols.len() % 2 == 1 {
-            let (k, v) = (cols[cols.len() - 1], &vals[vals.len() - R..]);
-            for j in 0..NV {
-                let b0 = row(k, j);
-                for r in 0..R {
-                    acc[r][j] = _mm512_fmadd_ps(_mm512_set1_ps(v[r]), b0, acc[r][j]);
+        };
+        if bc == 1 {
+            let mut pairs = cols.chunks_exact(2).zip(vals.chunks_exact(2 * R));
+            for (k, v) in &mut pairs {
+                step(&mut acc, k[0], &v[..R], 0);
+                step(&mut acc2, k[1], &v[R..], 0);
+            }
+            if cols.len() % 2 == 1 {
+                step(&mut acc, cols[cols.len() - 1], &vals[vals.len() - R..], 0);
+            }
+        } else {
+            for (&k, v) in cols.iter().zip(vals.chunks_exact(R * bc)) {
+                for cc in (0..bc - 1).step_by(2) {
+                    step(&mut acc, k, v, cc);
+                    step(&mut acc2, k, v, cc + 1);
+                }
+                if bc % 2 == 1 {
+                    step(&mut acc, k, v, bc - 1);
                 }
             }
         }
