@@ -82,7 +82,11 @@ fn fma_width() -> Option<(&'static str, usize)> {
 fn peak_gflops(threads: usize) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if let Some((_, lanes)) = fma_width() {
-        let iters = if lanes == 16 { 100_000_000u64 } else { 200_000_000 };
+        let iters = if lanes == 16 {
+            100_000_000u64
+        } else {
+            200_000_000
+        };
         let start = Instant::now();
         let handles: Vec<_> = (0..threads)
             .map(|_| {
@@ -297,12 +301,18 @@ fn main() -> anyhow::Result<()> {
     if want("mobilenet") {
         // Where MobileNetV2's time goes: its layers by kind, each timed alone.
         let g = (dlas_zoo::find(Dataset::Imagenet, "mobilenetv2")?.build)();
-        let e = Engine::compile(&g, &generate(&g, 1), &config(Algorithm::Gemm, FormatChoice::Dense))?;
+        let e = Engine::compile(
+            &g,
+            &generate(&g, 1),
+            &config(Algorithm::Gemm, FormatChoice::Dense),
+        )?;
         let x = input(&g, 1, 1);
         let whole = median(runs, || {
             std::hint::black_box(e.run(&x, 1).unwrap());
         });
-        println!("\nMobileNetV2 ImageNet with gemm, batch 1, {THREADS} threads, layers timed alone: ms (GFLOP/s)");
+        println!(
+            "\nMobileNetV2 ImageNet with gemm, batch 1, {THREADS} threads, layers timed alone: ms (GFLOP/s)"
+        );
         let mut kinds: Vec<(&str, usize, f64, f64)> = Vec::new();
         for layer in e.layers() {
             let w = *layer.workload();
@@ -335,7 +345,11 @@ fn main() -> anyhow::Result<()> {
             "network",
             whole * 1e3
         );
-        println!("{:<24}            {:>8.2} ms", "sum of layers", layers * 1e3);
+        println!(
+            "{:<24}            {:>8.2} ms",
+            "sum of layers",
+            layers * 1e3
+        );
     }
 
     if want("dtypes") {

@@ -232,16 +232,14 @@ impl Conv2d {
             (Algorithm::Direct, Schedule::Direct(s)) => {
                 Kernel::Direct(DirectConv::new(w, s, weights, blocks))
             }
-            (Algorithm::Gemm, Schedule::Gemm(s)) => {
-                Kernel::Gemm(GemmConv::new(
-                    w,
-                    s,
-                    weights,
-                    blocks,
-                    (nhwc, half),
-                    Isa::detect(),
-                ))
-            }
+            (Algorithm::Gemm, Schedule::Gemm(s)) => Kernel::Gemm(GemmConv::new(
+                w,
+                s,
+                weights,
+                blocks,
+                (nhwc, half),
+                Isa::detect(),
+            )),
             (Algorithm::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, blocks))
             }

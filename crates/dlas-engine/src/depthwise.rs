@@ -6,11 +6,13 @@
 //! and spatial pack would fill one lane of each vector (TVM and XNNPACK
 //! special-case them the same way).
 //!
-//! Each task copies the input rows it needs into a zero-padded buffer, split
-//! by column phase for strides above 1 (phase r holds padded columns r,
-//! r + s, r + 2s, ...; stride 2 is split with vector permutes), so every tap
-//! reads contiguous vectors whatever the stride. Bias, residual and a
-//! clamping activation are applied in registers before the store.
+//! At stride 1 with AVX-512 every tap reads the input plane in place, its
+//! masks dropping the columns of the padding. Otherwise each task copies
+//! the input rows it needs into a zero-padded buffer, split by column phase
+//! for strides above 1 (phase r holds padded columns r, r + s, r + 2s, ...;
+//! stride 2 is split with vector permutes), so every tap reads contiguous
+//! vectors whatever the stride. Bias, residual and a clamping activation
+//! are applied in registers before the store.
 
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::Isa;
@@ -97,6 +99,25 @@ impl DepthwiseConv {
             for (t, off) in offsets[..k * k].iter_mut().enumerate() {
                 let (ky, kx) = (t / k, t % k);
                 *off = ((kx % s) * nrows + ky) * pw + kx / s;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if s == 1 && self.isa == Isa::Avx512 {
+                for ch in chans {
+                    let plane = &input[ch * w.in_h * w.in_w..][..w.in_h * w.in_w];
+                    let off = ch * pix + rows.start * ow;
+                    let len = rows.len() * ow;
+                    // SAFETY: task t alone writes channels `chans` of rows `rows`.
+                    let o = unsafe { c.slice(off, len) };
+                    let res = residual.map(|r| &r[off..off + len]);
+                    let fused = epi.act.clamp().map(|clamp| (epi.bias[ch], clamp));
+                    let taps = &self.weights[ch * k * k..][..k * k];
+                    // SAFETY: the CPU has AVX-512F (`isa` never exceeds Isa::detect()).
+                    unsafe { stride1_avx512(w, plane, taps, rows.start, o, fused, res) };
+                    if fused.is_none() {
+                        epi.channel(ch, o, res);
+                    }
+                }
+                return;
             }
             ROWS.with_borrow_mut(|buf| {
                 for ch in chans {
@@ -237,11 +258,167 @@ fn split_pairs_avx512(src: &[f32], first: &mut [f32], second: &mut [f32]) -> usi
         unsafe {
             let a = _mm512_loadu_ps(src.as_ptr().add(32 * i));
             let b = _mm512_loadu_ps(src.as_ptr().add(32 * i + 16));
-            _mm512_storeu_ps(first.as_mut_ptr().add(16 * i), _mm512_permutex2var_ps(a, even, b));
-            _mm512_storeu_ps(second.as_mut_ptr().add(16 * i), _mm512_permutex2var_ps(a, odd, b));
+            _mm512_storeu_ps(
+                first.as_mut_ptr().add(16 * i),
+                _mm512_permutex2var_ps(a, even, b),
+            );
+            _mm512_storeu_ps(
+                second.as_mut_ptr().add(16 * i),
+                _mm512_permutex2var_ps(a, odd, b),
+            );
         }
     }
     chunks * 16
+}
+
+/// Runs `$block::<NV>(x0, nv-args...)` over the blocks of 64 output
+/// columns of a `width`-wide row, NV the 16-lane vectors a block needs, so
+/// the accumulators of narrow rows (7 or 14 columns) are one register, not
+/// four.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_blocks {
+    ($width:expr, $block:ident ($($arg:expr),*)) => {
+        for x0 in (0..$width).step_by(64) {
+            match ($width - x0).div_ceil(16) {
+                1 => $block::<1>(x0, $($arg),*),
+                2 => $block::<2>(x0, $($arg),*),
+                3 => $block::<3>(x0, $($arg),*),
+                _ => $block::<4>(x0, $($arg),*),
+            }
+        }
+    };
+}
+
+/// Bits lo..hi of a 16-lane mask.
+#[cfg(target_arch = "x86_64")]
+fn lanes(lo: isize, hi: isize) -> u16 {
+    let ones = |n: isize| ((1u32 << n.clamp(0, 16)) - 1) as u16;
+    ones(hi) & !ones(lo)
+}
+
+/// Output rows first.. of one channel (`o`, rows of `w.out_w`) at stride
+/// 1, reading the channel's input `plane` in place: up to four vectors of
+/// output columns at a time, each tap one masked load per vector (the
+/// masks, which depend on the column block and kx only, drop input columns
+/// outside the plane), taps of input rows outside the plane skipped.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn stride1_avx512(
+    w: &Workload,
+    plane: &[f32],
+    taps: &[f32],
+    first: usize,
+    o: &mut [f32],
+    fused: Fused,
+    res: Option<&[f32]>,
+) {
+    assert!(plane.len() == w.in_h * w.in_w && o.len().is_multiple_of(w.out_w) && w.kernel <= 7);
+    // SAFETY: forwarded (same CPU, sizes asserted).
+    unsafe {
+        by_blocks!(
+            w.out_w,
+            stride1_block(w, plane, taps, first, &mut *o, fused, res)
+        )
+    }
+}
+
+/// [`stride1_avx512`] on output columns x0..x0 + 16 * NV (clipped to the row).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn stride1_block<const NV: usize>(
+    x0: usize,
+    w: &Workload,
+    plane: &[f32],
+    taps: &[f32],
+    first: usize,
+    o: &mut [f32],
+    fused: Fused,
+    res: Option<&[f32]>,
+) {
+    use std::arch::x86_64::*;
+    let (k, p, ow) = (w.kernel, w.padding as isize, w.out_w);
+    let (ih, iw) = (w.in_h as isize, w.in_w as isize);
+    // Output lanes of the block, and per kx the lanes whose input column
+    // x0 + 16v + l + kx - p is inside the row.
+    let stores: [__mmask16; NV] =
+        std::array::from_fn(|v| lanes(0, ow as isize - (x0 + 16 * v) as isize));
+    let mut loads = [[0 as __mmask16; NV]; 7];
+    for (kx, m) in loads.iter_mut().enumerate().take(k) {
+        for (v, m) in m.iter_mut().enumerate() {
+            let x = (x0 + 16 * v + kx) as isize - p;
+            *m = lanes(-x, iw - x) & stores[v];
+        }
+    }
+    for (r, row) in o.chunks_exact_mut(ow).enumerate() {
+        let oy = (first + r) as isize;
+        let mut acc = [_mm512_setzero_ps(); NV];
+        for ky in 0..k {
+            let iy = oy + ky as isize - p;
+            if iy < 0 || iy >= ih {
+                continue;
+            }
+            let src = plane[iy as usize * w.in_w..].as_ptr();
+            for (kx, m) in loads.iter().enumerate().take(k) {
+                let wv = _mm512_set1_ps(taps[ky * k + kx]);
+                for (v, a) in acc.iter_mut().enumerate() {
+                    let x = (x0 + 16 * v + kx) as isize - p;
+                    // SAFETY: the mask keeps input columns 0..iw of input
+                    // row iy, inside `plane` (wrapping_offset only forms the
+                    // address).
+                    let x = unsafe { _mm512_maskz_loadu_ps(m[v], src.wrapping_offset(x)) };
+                    *a = _mm512_fmadd_ps(wv, x, *a);
+                }
+            }
+        }
+        let res = res.map(|res| &res[r * ow..][..ow]);
+        // SAFETY: `row` and `res` hold the row; stores are masked to it.
+        unsafe {
+            finish_avx512(
+                acc,
+                row.as_mut_ptr().wrapping_add(x0),
+                stores,
+                fused,
+                res,
+                x0,
+            )
+        };
+    }
+}
+
+/// Stores a block's accumulators to `at` (lane masks `m`), with the fused
+/// bias, residual (row `res`, from column x0) and clamp.
+///
+/// # Safety
+/// The masked lanes of `at` and of `res` from x0 are valid.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn finish_avx512<const NV: usize>(
+    acc: [std::arch::x86_64::__m512; NV],
+    at: *mut f32,
+    m: [std::arch::x86_64::__mmask16; NV],
+    fused: Fused,
+    res: Option<&[f32]>,
+    x0: usize,
+) {
+    use std::arch::x86_64::*;
+    for (v, mut a) in acc.into_iter().enumerate() {
+        if let Some((bias, clamp)) = fused {
+            a = _mm512_add_ps(a, _mm512_set1_ps(bias));
+            if let Some(res) = res {
+                let rv = res.as_ptr().wrapping_add(x0 + 16 * v);
+                // SAFETY: masked to the row, which `res` holds.
+                a = _mm512_add_ps(a, unsafe { _mm512_maskz_loadu_ps(m[v], rv) });
+            }
+            if let Some((lo, hi)) = clamp {
+                a = _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), a));
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_mask_storeu_ps(at.wrapping_add(16 * v), m[v], a) };
+    }
 }
 
 fn plane_portable(p: Plane<'_>, o: &mut [f32]) {
@@ -255,46 +432,44 @@ fn plane_portable(p: Plane<'_>, o: &mut [f32]) {
     }
 }
 
-/// Each output row four vectors at a time (four independent FMA chains),
+/// Each output row up to four vectors at a time (independent FMA chains),
 /// the last ones masked.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn plane_avx512(p: Plane<'_>, o: &mut [f32], fused: Fused, res: Option<&[f32]>) {
+    // SAFETY: forwarded (same CPU; the caller checked the buffer's size).
+    unsafe { by_blocks!(p.width, plane_block(p, &mut *o, fused, res)) }
+}
+
+/// [`plane_avx512`] on output columns x0..x0 + 16 * NV (clipped to the row).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn plane_block<const NV: usize>(
+    x0: usize,
+    p: Plane<'_>,
+    o: &mut [f32],
+    fused: Fused,
+    res: Option<&[f32]>,
+) {
     use std::arch::x86_64::*;
-    const L: usize = 16;
     let n = p.width;
-    let mask = |x: usize| ((1u32 << n.saturating_sub(x).min(L)) - 1) as __mmask16;
-    for r in 0..o.len() / n {
-        let (buf, row) = (p.buf[r * p.row_step..].as_ptr(), r * n);
-        for x0 in (0..n).step_by(4 * L) {
-            let m: [__mmask16; 4] = std::array::from_fn(|v| mask(x0 + v * L));
-            let mut acc = [_mm512_setzero_ps(); 4];
-            for (&wv, &off) in p.taps.iter().zip(p.offsets) {
-                let wv = _mm512_set1_ps(wv);
-                for (v, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: masked to the row's columns, inside the buffer
-                    // (see `plane`).
-                    let x = unsafe { _mm512_maskz_loadu_ps(m[v], buf.add(off + x0 + v * L)) };
-                    *a = _mm512_fmadd_ps(wv, x, *a);
-                }
-            }
-            for (v, mut a) in acc.into_iter().enumerate() {
-                let at = row + x0 + v * L;
-                if let Some((bias, clamp)) = fused {
-                    a = _mm512_add_ps(a, _mm512_set1_ps(bias));
-                    if let Some(res) = res {
-                        // SAFETY: masked to the row, which `res` holds.
-                        let rv = unsafe { _mm512_maskz_loadu_ps(m[v], res.as_ptr().add(at)) };
-                        a = _mm512_add_ps(a, rv);
-                    }
-                    if let Some((lo, hi)) = clamp {
-                        a = _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), a));
-                    }
-                }
-                // SAFETY: masked to the row, inside `o`.
-                unsafe { _mm512_mask_storeu_ps(o.as_mut_ptr().add(at), m[v], a) };
+    let m: [__mmask16; NV] = std::array::from_fn(|v| lanes(0, n as isize - (x0 + 16 * v) as isize));
+    for (r, row) in o.chunks_exact_mut(n).enumerate() {
+        let buf = p.buf[r * p.row_step..].as_ptr();
+        let mut acc = [_mm512_setzero_ps(); NV];
+        for (&wv, &off) in p.taps.iter().zip(p.offsets) {
+            let wv = _mm512_set1_ps(wv);
+            for (v, a) in acc.iter_mut().enumerate() {
+                // SAFETY: masked to the row's columns, inside the buffer (see
+                // `plane`).
+                let x = unsafe { _mm512_maskz_loadu_ps(m[v], buf.add(off + x0 + 16 * v)) };
+                *a = _mm512_fmadd_ps(wv, x, *a);
             }
         }
+        let res = res.map(|res| &res[r * n..][..n]);
+        // SAFETY: `row` and `res` hold the row; stores are masked to it.
+        unsafe { finish_avx512(acc, row.as_mut_ptr().wrapping_add(x0), m, fused, res, x0) };
     }
 }
 
@@ -306,9 +481,8 @@ unsafe fn plane_avx2(p: Plane<'_>, o: &mut [f32], fused: Fused, res: Option<&[f3
     const L: usize = 8;
     let n = p.width;
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let mask = |x: usize| {
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(n.saturating_sub(x).min(L) as i32), lane)
-    };
+    let mask =
+        |x: usize| _mm256_cmpgt_epi32(_mm256_set1_epi32(n.saturating_sub(x).min(L) as i32), lane);
     for r in 0..o.len() / n {
         let (buf, row) = (p.buf[r * p.row_step..].as_ptr(), r * n);
         for x0 in (0..n).step_by(4 * L) {

@@ -83,29 +83,37 @@ impl Step {
 
 /// An activation at rest between steps.
 enum Stored {
-    F32(Vec<f32>),
+    /// The first `len` values of a buffer, which may be longer (see `Arena`).
+    F32(Vec<f32>, usize),
     F16(Vec<f16>),
     I8(Vec<i8>, ActivationQuant),
 }
 
 impl Stored {
-    /// Stores `values` as `dtype`; int8 uses the node's quantiser `q`.
-    fn new(values: Vec<f32>, dtype: DType, q: Option<ActivationQuant>) -> Stored {
-        match (dtype, q) {
-            (DType::I8, Some(q)) => Stored::I8(values.iter().map(|&v| q.quantize(v)).collect(), q),
-            (DType::F32 | DType::I8, _) => Stored::F32(values),
+    /// Stores the first `len` of `values` as `dtype`; int8 uses the node's
+    /// quantiser `q`. Returns the f32 buffer when the value was converted.
+    fn new(
+        (values, len): (Vec<f32>, usize),
+        dtype: DType,
+        q: Option<ActivationQuant>,
+    ) -> (Stored, Option<Vec<f32>>) {
+        let used = &values[..len];
+        let stored = match (dtype, q) {
+            (DType::I8, Some(q)) => Stored::I8(used.iter().map(|&v| q.quantize(v)).collect(), q),
+            (DType::F32 | DType::I8, _) => return (Stored::F32(values, len), None),
             (DType::F16, _) => {
-                let mut h = vec![f16::ZERO; values.len()];
-                h.convert_from_f32_slice(&values);
+                let mut h = vec![f16::ZERO; len];
+                h.convert_from_f32_slice(used);
                 Stored::F16(h)
             }
-        }
+        };
+        (stored, Some(values))
     }
 
     /// The values as f32 (F16C conversion for f16 storage).
     fn to_f32(&self) -> Cow<'_, [f32]> {
         match self {
-            Stored::F32(v) => Cow::Borrowed(v),
+            Stored::F32(v, len) => Cow::Borrowed(&v[..*len]),
             Stored::F16(h) => {
                 let mut v = vec![0.0; h.len()];
                 h.convert_to_f32_slice(&mut v);
@@ -137,15 +145,17 @@ pub struct Engine {
 /// Buffers kept across runs, so a run's convolutions write into memory
 /// that is already mapped and sized instead of allocating and zeroing
 /// fresh pages per layer (on MobileNetV2 at 224x224 that was about a tenth
-/// of the run). A buffer's contents are whatever its last user left:
-/// only convolutions take from the arena, and every convolution kernel
-/// writes each value of its output.
+/// of the run). Buffers keep their full length (a value is its first `len`
+/// entries, `Stored::F32`), so reuse never zeroes them again. A buffer's
+/// contents are whatever its last user left: only convolutions and the
+/// input copy take from the arena, and each writes every value it stores.
 #[derive(Default)]
 struct Arena(std::sync::Mutex<Vec<Vec<f32>>>);
 
 impl Arena {
-    /// A buffer of `len` values (unspecified, not uninitialised): the
-    /// smallest kept one that is long enough, else the longest, extended.
+    /// A buffer of at least `len` values (unspecified, not uninitialised):
+    /// the smallest kept one that is long enough, else the longest,
+    /// extended.
     fn take(&self, len: usize) -> Vec<f32> {
         let mut kept = self.0.lock().expect("the arena's users do not panic");
         let fits = kept
@@ -156,16 +166,17 @@ impl Arena {
             .or_else(|| kept.iter().enumerate().max_by_key(|(_, v)| v.len()))
             .map(|(i, _)| i);
         let mut v = fits.map_or_else(Vec::new, |i| kept.swap_remove(i));
-        if v.len() >= len {
-            v.truncate(len);
-        } else {
+        if v.len() < len {
             v.resize(len, 0.0);
         }
         v
     }
 
     fn give(&self, v: Vec<f32>) {
-        self.0.lock().expect("the arena's users do not panic").push(v);
+        self.0
+            .lock()
+            .expect("the arena's users do not panic")
+            .push(v);
     }
 }
 
@@ -502,12 +513,35 @@ impl Engine {
     }
 
     fn run_in_pool(&self, input: &[f32], batch: usize) -> Vec<f32> {
+        // A value that is a whole buffer.
+        let whole = |v: Vec<f32>| {
+            let len = v.len();
+            (v, len)
+        };
         let layout = self.layout;
         let mut values: Vec<Option<Stored>> = (0..self.shapes.len()).map(|_| None).collect();
         let mut left = self.readers.clone();
-        let x = ops::relayout(input, self.shapes[0], Layout::Nchw, layout);
+        let x = match layout {
+            Layout::Nchw => {
+                let mut x = self.arena.take(input.len());
+                x[..input.len()].copy_from_slice(input);
+                (x, input.len())
+            }
+            Layout::Nhwc => {
+                let x = ops::relayout(input, self.shapes[0], Layout::Nchw, layout);
+                let len = x.len();
+                (x, len)
+            }
+        };
         let q = |i: NodeId| self.quant.as_ref().map(|q| q[i]);
-        values[0] = Some(Stored::new(x, self.dtype, q(0)));
+        let store = |value: (Vec<f32>, usize), q: Option<ActivationQuant>| {
+            let (stored, spent) = Stored::new(value, self.dtype, q);
+            if let Some(buffer) = spent {
+                self.arena.give(buffer);
+            }
+            stored
+        };
+        values[0] = Some(store(x, q(0)));
         for (out, step) in &self.steps {
             let inputs = step.inputs();
             if let Step::Conv {
@@ -563,13 +597,14 @@ impl Engine {
                     residual,
                 } => {
                     let w = conv.workload();
-                    let mut y = self.arena.take(batch * w.out_len());
-                    for (s, o) in y.chunks_mut(w.out_len()).enumerate() {
+                    let len = batch * w.out_len();
+                    let mut y = self.arena.take(len);
+                    for (s, o) in y[..len].chunks_mut(w.out_len()).enumerate() {
                         let x = &v(*input)[s * w.in_len()..(s + 1) * w.in_len()];
                         let r = residual.map(|r| &v(r)[s * w.out_len()..(s + 1) * w.out_len()]);
                         conv.run_sample(x, o, r);
                     }
-                    y
+                    (y, len)
                 }
                 Step::Affine {
                     input,
@@ -579,48 +614,55 @@ impl Engine {
                 } => {
                     let mut y = v(*input).to_vec();
                     ops::affine(&mut y, scale, shift, *act, shape(*input), layout);
-                    y
+                    whole(y)
                 }
                 Step::Unary { input, act } => {
                     let mut y = v(*input).to_vec();
                     ops::unary(&mut y, *act);
-                    y
+                    whole(y)
                 }
-                Step::Add { a, b, act } => ops::add(v(*a), v(*b), *act),
-                Step::Mul { a, b } => ops::mul(v(*a), v(*b), shape(*a), layout),
+                Step::Add { a, b, act } => whole(ops::add(v(*a), v(*b), *act)),
+                Step::Mul { a, b } => whole(ops::mul(v(*a), v(*b), shape(*a), layout)),
                 Step::Pool { input, pool, max } => {
-                    ops::pool(v(*input), shape(*input), pool, *max, layout)
+                    whole(ops::pool(v(*input), shape(*input), pool, *max, layout))
                 }
                 Step::GlobalAvgPool { input } => {
-                    ops::global_avg_pool(v(*input), shape(*input), layout)
+                    whole(ops::global_avg_pool(v(*input), shape(*input), layout))
                 }
                 Step::Concat { inputs } => {
                     let [_, h, w] = shape(inputs[0]);
                     let parts: Vec<(&[f32], usize)> =
                         inputs.iter().map(|&i| (v(i), shape(i)[0])).collect();
-                    ops::concat(&parts, batch, [h, w], layout)
+                    whole(ops::concat(&parts, batch, [h, w], layout))
                 }
-                Step::Flatten { input } => {
-                    ops::relayout(v(*input), shape(*input), layout, Layout::Nchw)
-                }
+                Step::Flatten { input } => whole(ops::relayout(
+                    v(*input),
+                    shape(*input),
+                    layout,
+                    Layout::Nchw,
+                )),
             };
             drop(decoded);
             for &i in &inputs {
                 left[i] -= 1;
                 if left[i] == 0
-                    && let Some(Stored::F32(v)) = values[i].take()
+                    && let Some(Stored::F32(v, _)) = values[i].take()
                 {
                     self.arena.give(v);
                 }
             }
-            values[*out] = Some(Stored::new(result, self.dtype, q(*out)));
+            values[*out] = Some(store(result, q(*out)));
         }
         let out = values[self.output].take().expect("the output is computed");
-        ops::relayout(
+        let result = ops::relayout(
             &out.to_f32(),
             self.shapes[self.output],
             layout,
             Layout::Nchw,
-        )
+        );
+        if let Stored::F32(v, _) = out {
+            self.arena.give(v);
+        }
+        result
     }
 }

@@ -8,8 +8,8 @@
 //! `vpmaddwd` (16 multiply-accumulates per instruction) into i32.
 
 use crate::epilogue::Epilogue;
-use crate::isa::has_avx2_fma;
 use crate::gemm::pack_im2col_with;
+use crate::isa::has_avx2_fma;
 use crate::workload::Workload;
 use dlas_zoo::quant::ActivationQuant;
 use rayon::prelude::*;

@@ -3,11 +3,13 @@
 //! It exists so the backend axes of the study (algorithm, weight format,
 //! layout, schedule) are real code paths whose cost can be measured, not
 //! labels on someone else's runtime. Each convolution algorithm lives in its
-//! own module (`direct`, `gemm`, `spatial_pack`, and `int8` for quantised
-//! GEMM) beside the f64 reference in `dlas_zoo::reference` that tests hold
-//! them to; the knobs of each are values ([`Schedule`]) so a tuner can
-//! search them. Weight formats (dense, CSR, BSR) are one block-sparse
-//! structure (`sparse`), CSR being its 1x1 case.
+//! own module (`direct`, `gemm`, `spatial_pack`, `depthwise` for the layers
+//! every algorithm runs as stencils, and `int8` for quantised GEMM) beside
+//! the f64 reference in `dlas_zoo::reference` that tests hold them to; the
+//! knobs of each are values ([`Schedule`]) so a tuner can search them.
+//! Weight formats (dense, CSR, BSR) are one block-sparse structure
+//! (`sparse`), CSR being its 1x1 case. Vectorised kernels come in AVX-512,
+//! AVX2 and portable versions, picked at run time (`isa`).
 //!
 //! ```no_run
 //! use dlas_engine::{Engine, EngineConfig};
@@ -19,9 +21,11 @@
 //! ```
 //!
 //! Invariants: weights are packed once, at [`Engine::compile`]; a run
-//! allocates activations but never repacks weights; every parallel loop runs
-//! on the engine's own thread pool, never rayon's global one.
+//! never repacks weights, and reuses the activation and packing buffers of
+//! earlier runs; every parallel loop runs on the engine's own thread pool,
+//! never rayon's global one.
 
+mod aligned;
 pub mod config;
 pub mod conv;
 mod depthwise;

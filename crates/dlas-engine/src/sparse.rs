@@ -1,6 +1,11 @@
 //! Block-sparse weight matrices. CSR is the 1x1 case of BSR, so one
 //! structure and one set of kernels serve both formats.
 
+/// Reduction indices per block of [`BlockSparse::k_starts`]: with the
+/// 64-column strips of the sparse GEMM, one block of B is 32 KiB and stays
+/// in L1 while every row of a task reads it.
+pub(crate) const REDUCTION_BLOCK: usize = 128;
+
 /// A `rows` x `cols` matrix stored as dense `r` x `c` blocks, block rows in
 /// CSR order. Rows and columns are padded with zeros to whole blocks.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,6 +20,10 @@ pub(crate) struct BlockSparse {
     pub block_cols: Vec<usize>,
     /// `r * c` values per block, row-major.
     pub values: Vec<f32>,
+    /// Per block row, where its blocks starting in each reduction block of
+    /// REDUCTION_BLOCK columns begin (`reduction_blocks() + 1` entries per
+    /// block row, the last one the block row's end).
+    pub k_starts: Vec<usize>,
 }
 
 impl BlockSparse {
@@ -31,8 +40,16 @@ impl BlockSparse {
                 0.0
             }
         };
+        let kblocks = cols.div_ceil(REDUCTION_BLOCK);
+        let mut k_starts = Vec::new();
         for br in 0..rows.div_ceil(r) {
+            let mut next = 0;
             for bc in 0..cols.div_ceil(c) {
+                // Blocks belong to the reduction block of their first column.
+                while next <= bc * c / REDUCTION_BLOCK {
+                    k_starts.push(block_cols.len());
+                    next += 1;
+                }
                 let block: Vec<f32> = (0..r * c)
                     .map(|e| at(br * r + e / c, bc * c + e % c))
                     .collect();
@@ -41,6 +58,7 @@ impl BlockSparse {
                     values.extend(block);
                 }
             }
+            k_starts.extend(std::iter::repeat_n(block_cols.len(), kblocks + 1 - next));
             row_ptr.push(block_cols.len());
         }
         BlockSparse {
@@ -51,7 +69,19 @@ impl BlockSparse {
             row_ptr,
             block_cols,
             values,
+            k_starts,
         }
+    }
+
+    /// Reduction blocks of REDUCTION_BLOCK columns.
+    pub fn reduction_blocks(&self) -> usize {
+        self.cols.div_ceil(REDUCTION_BLOCK)
+    }
+
+    /// The blocks of block row `br` that start in reduction block `kb`.
+    pub fn blocks_in(&self, br: usize, kb: usize) -> std::ops::Range<usize> {
+        let at = br * (self.reduction_blocks() + 1) + kb;
+        self.k_starts[at]..self.k_starts[at + 1]
     }
 
     pub fn block_rows(&self) -> usize {
@@ -87,6 +117,27 @@ pub(crate) fn block_fill(w: &[f32], rows: usize, cols: usize, r: usize, c: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reduction_blocks_partition_each_block_row() {
+        let cols = 3 * REDUCTION_BLOCK + 5;
+        let dense: Vec<f32> = (0..4 * cols).map(|i| (i % 7 == 0) as u8 as f32).collect();
+        for (r, c) in [(1, 1), (2, 3), (4, 16)] {
+            let m = BlockSparse::from_dense(&dense, 4, cols, r, c);
+            for br in 0..m.block_rows() {
+                let mut at = m.row_ptr[br];
+                for kb in 0..m.reduction_blocks() {
+                    let blocks = m.blocks_in(br, kb);
+                    assert_eq!(blocks.start, at, "{r}x{c} block row {br}");
+                    for b in blocks.clone() {
+                        assert_eq!(m.block_cols[b] / REDUCTION_BLOCK, kb);
+                    }
+                    at = blocks.end;
+                }
+                assert_eq!(at, m.row_ptr[br + 1]);
+            }
+        }
+    }
 
     #[test]
     fn rows_round_trip_through_blocks() {

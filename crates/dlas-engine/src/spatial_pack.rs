@@ -6,8 +6,8 @@
 //! SpMM kernel over the tiles (see `run_sparse`).
 
 use crate::epilogue::{Activation, Epilogue, SyncPtr};
-use crate::isa::{Isa, has_avx2_fma, madd};
 use crate::gemm::{pack_columns, sparse_gemm, strip};
+use crate::isa::{Isa, has_avx2_fma, madd};
 use crate::schedule::{GemmSchedule, ParallelLoop, SpatialPackSchedule};
 use crate::sparse::BlockSparse;
 use crate::workload::Workload;
@@ -177,7 +177,18 @@ impl SpatialPackConv {
             let b = pack_columns(input, w, g, (sw, krows), columns, pixel, |x| x);
             let mut tiles = vec![0.0f32; ocg * columns];
             let c = SyncPtr::new(&mut tiles);
-            sparse_gemm(&schedule, m, &b, krows, columns, 0, c, &plain, None, Isa::detect());
+            sparse_gemm(
+                &schedule,
+                m,
+                &b,
+                krows,
+                columns,
+                0,
+                c,
+                &plain,
+                None,
+                Isa::detect(),
+            );
             out[g * ocg * pix..(g + 1) * ocg * pix]
                 .par_chunks_mut(pix)
                 .zip(tiles.par_chunks(columns))

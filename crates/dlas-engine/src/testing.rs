@@ -91,7 +91,13 @@ pub(crate) fn sparsify(weights: &[f32], fraction: f64, seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x2e40);
     weights
         .iter()
-        .map(|&v| if rng.random::<f64>() < fraction { 0.0 } else { v })
+        .map(|&v| {
+            if rng.random::<f64>() < fraction {
+                0.0
+            } else {
+                v
+            }
+        })
         .collect()
 }
 

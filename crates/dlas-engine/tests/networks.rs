@@ -75,7 +75,11 @@ fn check(graph: &Graph, configs: &[EngineConfig]) {
         // the batch-2 run's values: a kernel that left any output value
         // unwritten would change the result.
         let again = engine.run(&x[..x.len() / 2], 1).unwrap();
-        assert_eq!(again, outputs[0], "{} {:?}: a rerun differs", graph.name, config.algorithm);
+        assert_eq!(
+            again, outputs[0],
+            "{} {:?}: a rerun differs",
+            graph.name, config.algorithm
+        );
     }
 }
 

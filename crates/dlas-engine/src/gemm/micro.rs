@@ -88,25 +88,6 @@ pub(crate) fn tile_isa(nr: usize, isa: Isa) -> Isa {
     }
 }
 
-/// The finishing arithmetic of one value (the vector kernels do the same
-/// operations in the same order).
-#[inline(always)]
-fn finish_one(mut x: f32, prev: Option<f32>, f: Option<(f32, Option<f32>, Option<(f32, f32)>)>) -> f32 {
-    if let Some(p) = prev {
-        x += p;
-    }
-    if let Some((bias, residual, clamp)) = f {
-        x += bias;
-        if let Some(r) = residual {
-            x += r;
-        }
-        if let Some((lo, hi)) = clamp {
-            x = x.max(lo).min(hi);
-        }
-    }
-    x
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn avx512<const MR: usize, const NV: usize>(
@@ -253,13 +234,23 @@ unsafe fn portable<const MR: usize, const NR: usize>(
         }
         for (i, row) in acc.iter().enumerate().take(st.rows) {
             for (j, &x) in row.iter().enumerate().take(st.cols) {
+                // The vector kernels' operations, in their order.
                 let off = i * st.ldc + j;
                 let p = st.c.add(off);
-                let f = st.finish.map(|f| {
-                    let r = (!f.residual.is_null()).then(|| *f.residual.add(off));
-                    (*f.bias.add(i), r, f.clamp)
-                });
-                *p = finish_one(x, st.accumulate.then(|| *p), f);
+                let mut x = x;
+                if st.accumulate {
+                    x += *p;
+                }
+                if let Some(f) = st.finish {
+                    x += *f.bias.add(i);
+                    if !f.residual.is_null() {
+                        x += *f.residual.add(off);
+                    }
+                    if let Some((lo, hi)) = f.clamp {
+                        x = x.max(lo).min(hi);
+                    }
+                }
+                *p = x;
             }
         }
     }
@@ -278,9 +269,13 @@ mod tests {
         for isa in Isa::available() {
             for &(mr, nr) in GEMM_TILES {
                 let micro = microkernel(mr, nr, isa);
-                let a: Vec<f32> = (0..k * mr).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
+                let a: Vec<f32> = (0..k * mr)
+                    .map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0)
+                    .collect();
                 let ldb = nr + 3;
-                let b: Vec<f32> = (0..k * ldb).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
+                let b: Vec<f32> = (0..k * ldb)
+                    .map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0)
+                    .collect();
                 let bias: Vec<f32> = (0..mr).map(|i| i as f32 * 0.25 - 1.0).collect();
                 let ldc = nr + 5;
                 let res: Vec<f32> = (0..mr * ldc).map(|i| (i % 9) as f32 * 0.1).collect();
@@ -305,7 +300,10 @@ mod tests {
                             for j in 0..ldc {
                                 let got = c[i * ldc + j];
                                 if i >= rows || j >= cols {
-                                    assert_eq!(got, 0.5, "{isa:?} {mr}x{nr} wrote outside its tile");
+                                    assert_eq!(
+                                        got, 0.5,
+                                        "{isa:?} {mr}x{nr} wrote outside its tile"
+                                    );
                                     continue;
                                 }
                                 let mut want: f64 = (0..k)

@@ -22,6 +22,7 @@ pub(crate) use micro::tile_isa;
 pub(crate) use pack::{pack_columns, pack_im2col_with};
 pub(crate) use sparse::{sparse_gemm, strip};
 
+use crate::aligned::AlignedVec;
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::Isa;
 use crate::schedule::{GemmSchedule, ParallelLoop};
@@ -59,7 +60,7 @@ impl Panels {
     /// distance between panels, and the first panel the base stands for.
     fn block(
         &self,
-        buf: &mut Vec<f32>,
+        buf: &mut AlignedVec,
         panels: Range<usize>,
         (k, width): (usize, usize),
         (pc, kb): (usize, usize),
@@ -67,7 +68,7 @@ impl Panels {
         match self {
             Panels::F32(v) => (v[pc * width..].as_ptr(), k * width, 0),
             Panels::F16(v) => {
-                buf.resize(panels.len() * kb * width, 0.0);
+                buf.resize(panels.len() * kb * width);
                 for (i, p) in panels.clone().enumerate() {
                     v[(p * k + pc) * width..][..kb * width]
                         .convert_to_f32_slice(&mut buf[i * kb * width..(i + 1) * kb * width]);
@@ -83,6 +84,8 @@ impl Panels {
 pub(crate) enum BSource<'a> {
     /// Packed in `nr`-column panels holding all of K.
     Panels(&'a Panels),
+    /// The same, f32 values.
+    Packed(&'a [f32]),
     /// Row-major with row stride n: the input of a 1x1 stride-1 convolution.
     Rows(&'a [f32]),
     /// The im2col matrix of group `g` of an NCHW input.
@@ -110,12 +113,24 @@ pub(crate) enum Finishing<'a> {
 /// run allocates none.
 #[derive(Default)]
 struct Scratch {
-    a: Vec<f32>,
-    b: Vec<f32>,
+    a: AlignedVec,
+    b: AlignedVec,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
+    static KEPT: RefCell<AlignedVec> = RefCell::default();
+}
+
+/// Runs `f` with a buffer this thread keeps across runs, for operands that
+/// all of a layer's tasks share. A thread waiting for its tasks may pick
+/// up another layer's (grouped convolutions run groups in parallel) while
+/// its buffer is lent out; that one gets a fresh buffer.
+fn with_kept_buffer<R>(f: impl FnOnce(&mut AlignedVec) -> R) -> R {
+    KEPT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut kept) => f(&mut kept),
+        Err(_) => f(&mut AlignedVec::default()),
+    })
 }
 
 /// One task's `kb` x `nc` block of B: where panel `jr` starts and its row
@@ -136,10 +151,11 @@ impl BBlock {
     /// into `buf`.
     fn new(
         b: BSource<'_>,
-        buf: &mut Vec<f32>,
+        buf: &mut AlignedVec,
         panels: Range<usize>,
         (n, k, nr): (usize, usize, usize),
         (pc, kb): (usize, usize),
+        isa: Isa,
     ) -> BBlock {
         match b {
             BSource::Panels(p) => {
@@ -152,12 +168,19 @@ impl BBlock {
                     edge: None,
                 }
             }
+            BSource::Packed(x) => BBlock {
+                base: x[pc * nr..].as_ptr(),
+                stride: k * nr,
+                first: 0,
+                ldb: nr,
+                edge: None,
+            },
             BSource::Rows(x) => {
                 let last = panels.end - 1;
                 let edge = (n < (last + 1) * nr).then(|| {
                     let valid = n - last * nr;
-                    buf.clear();
-                    buf.resize(kb * nr, 0.0);
+                    buf.resize(kb * nr);
+                    buf.fill(0.0);
                     for (dst, src) in buf.chunks_exact_mut(nr).zip(x[pc * n..].chunks(n)) {
                         dst[..valid].copy_from_slice(&src[last * nr..][..valid]);
                     }
@@ -172,8 +195,8 @@ impl BBlock {
                 }
             }
             BSource::Im2col { input, w, g } => {
-                buf.resize(panels.len() * kb * nr, 0.0);
-                pack_im2col_block(input, w, g, nr, (panels.clone(), pc..pc + kb), buf);
+                buf.resize(panels.len() * kb * nr);
+                pack_im2col_block(input, w, g, nr, (panels.clone(), pc..pc + kb), buf, isa);
                 BBlock {
                     base: buf.as_ptr(),
                     stride: kb * nr,
@@ -190,7 +213,10 @@ impl BBlock {
         match self.edge {
             // The copy is packed: its rows are one panel (nr = stride) apart.
             Some((e, p)) if e == jr => (p, self.stride),
-            _ => (self.base.wrapping_add((jr - self.first) * self.stride), self.ldb),
+            _ => (
+                self.base.wrapping_add((jr - self.first) * self.stride),
+                self.ldb,
+            ),
         }
     }
 }
@@ -212,9 +238,11 @@ pub(crate) fn gemm(
 ) {
     if let (true, BSource::Im2col { input, w, g }) = (par_m, b) {
         // Every row block needs all of B: pack it once, in parallel.
-        let packed = Panels::F32(pack_im2col(input, w, g, s.nr, k));
-        let b = BSource::Panels(&packed);
-        return gemm(s, isa, par_m, (m, n, k), a, b, c, ldc, finishing);
+        return with_kept_buffer(|packed| {
+            pack_im2col(input, w, g, (s.nr, k), packed, isa);
+            let b = BSource::Packed(packed);
+            gemm(s, isa, par_m, (m, n, k), a, b, c, ldc, finishing)
+        });
     }
     let micro = microkernel(s.mr, s.nr, isa);
     let (mr, nr) = (s.mr, s.nr);
@@ -228,7 +256,14 @@ pub(crate) fn gemm(
                 for pc in (0..k).step_by(s.kc) {
                     let kb = s.kc.min(k - pc);
                     let last = pc + kb == k;
-                    let bb = BBlock::new(b, &mut scratch.b, b_panels.clone(), (n, k, nr), (pc, kb));
+                    let bb = BBlock::new(
+                        b,
+                        &mut scratch.b,
+                        b_panels.clone(),
+                        (n, k, nr),
+                        (pc, kb),
+                        isa,
+                    );
                     for i in is.clone() {
                         let rows = rows_of(i);
                         let a_panels = rows.start / mr..rows.end.div_ceil(mr);
@@ -463,8 +498,21 @@ impl GemmConv {
                 // whole blocks): a task's panel stays in L1/L2 while every
                 // weight row of the task streams over it.
                 let krows = red.next_multiple_of(m.c);
-                let b = pack_im2col(input, w, g, strip(m.r, pix), krows);
-                sparse_gemm(&self.s, m, &b, krows, pix, g * ocg, c, epi, residual, self.isa);
+                with_kept_buffer(|b| {
+                    pack_im2col(input, w, g, (strip(m.r, pix), krows), b, self.isa);
+                    sparse_gemm(
+                        &self.s,
+                        m,
+                        b,
+                        krows,
+                        pix,
+                        g * ocg,
+                        c,
+                        epi,
+                        residual,
+                        self.isa,
+                    );
+                })
             }),
         }
     }

@@ -1,12 +1,17 @@
 //! Block-sparse weights times the packed im2col matrix (NCHW): each stored
 //! weight block scales rows of B into register-resident strips of C, so
-//! the work is proportional to the stored blocks.
+//! the work is proportional to the stored blocks. Every stored value reads
+//! its own vectors of B, so the kernel runs at the speed B streams from
+//! cache: the reduction is cut into blocks of `REDUCTION_BLOCK` rows (one
+//! L1-sized block of a panel) and every row of a task reads a block while
+//! it is in L1, accumulating into C between blocks.
 
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::{Isa, madd};
 use crate::schedule::{GemmSchedule, ParallelLoop};
 use crate::sparse::BlockSparse;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Columns of C a sparse kernel keeps in registers per block row of `r`
 /// rows: up to 64 accumulators (8 AVX2 registers), so that 8 independent
@@ -45,9 +50,9 @@ pub(crate) fn sparse_gemm(
             let panel = &b[p * krows * sw..][..krows * sw];
             let lo = cols.start.max(p * sw);
             let hi = cols.end.min((p + 1) * sw);
-            for br in brs.clone() {
-                // SAFETY: block row br and columns lo..hi are this task's alone.
-                unsafe { task(m, br, panel, lo, hi, oc0, c, n) };
+            for kb in 0..m.reduction_blocks() {
+                // SAFETY: block rows brs and columns lo..hi are this task's alone.
+                unsafe { task(m, (brs.clone(), kb), panel, lo, hi, oc0, c, n) };
             }
         }
         for r in brs.start * m.r..m.rows.min(brs.end * m.r) {
@@ -72,27 +77,31 @@ pub(crate) fn sparse_gemm(
     }
 }
 
-type SparseTask = unsafe fn(&BlockSparse, usize, &[f32], usize, usize, usize, SyncPtr, usize);
+/// Block rows `brs` times reduction block `kb` of one panel of B, into
+/// columns lo..hi of C (stored for the first reduction block, added for
+/// the others).
+type SparseTask =
+    unsafe fn(&BlockSparse, (Range<usize>, usize), &[f32], usize, usize, usize, SyncPtr, usize);
 
-/// One block row of C times one packed panel of B, stored to columns
-/// lo..hi (inside the panel). Strips with fewer than `WIDE` accumulators
-/// take one-column blocks two at a time into two accumulator sets.
+/// Blocks `blocks` of block row `br` times one packed panel of B, stored
+/// (or with `accumulate` added) to columns lo..hi (inside the panel) of C,
+/// row stride `ldc`. Strips with fewer than `WIDE` accumulators take
+/// one-column blocks two at a time into two accumulator sets.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool, const WIDE: usize>(
     m: &BlockSparse,
-    br: usize,
+    (br, blocks): (usize, Range<usize>),
     panel: &[f32],
     lo: usize,
     hi: usize,
     oc0: usize,
     c: SyncPtr,
-    ldc: usize,
+    (ldc, accumulate): (usize, bool),
 ) {
     let rows = R.min(m.rows - br * R);
     let skip = lo % S;
     let mut acc = [[0.0f32; S]; R];
-    let blocks = m.row_ptr[br]..m.row_ptr[br + 1];
     if m.c == 1 && R * S >= WIDE {
         // Blocks one column wide with a strip of `WIDE` accumulators (8
         // vector registers): 8 independent chains already, a tight loop
@@ -164,7 +173,13 @@ unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool, const WID
     for (rr, a) in acc.iter().enumerate().take(rows) {
         // SAFETY: the caller owns these rows and columns of C.
         let o = unsafe { c.slice((oc0 + br * R + rr) * ldc + lo, hi - lo) };
-        o.copy_from_slice(&a[skip..skip + hi - lo]);
+        if accumulate {
+            for (o, a) in o.iter_mut().zip(&a[skip..]) {
+                *o += a;
+            }
+        } else {
+            o.copy_from_slice(&a[skip..skip + hi - lo]);
+        }
     }
 }
 
@@ -173,7 +188,7 @@ unsafe fn sparse_body<const R: usize, const S: usize, const FMA: bool, const WID
 #[allow(clippy::too_many_arguments)]
 unsafe fn avx512<const R: usize, const S: usize>(
     m: &BlockSparse,
-    br: usize,
+    (brs, kb): (Range<usize>, usize),
     panel: &[f32],
     lo: usize,
     hi: usize,
@@ -181,8 +196,14 @@ unsafe fn avx512<const R: usize, const S: usize>(
     c: SyncPtr,
     ldc: usize,
 ) {
-    // SAFETY: forwarded from the caller.
-    unsafe { sparse_body::<R, S, true, 128>(m, br, panel, lo, hi, oc0, c, ldc) }
+    for br in brs {
+        let blocks = m.blocks_in(br, kb);
+        if kb == 0 || !blocks.is_empty() {
+            let row = (br, blocks);
+            // SAFETY: forwarded from the caller.
+            unsafe { sparse_body::<R, S, true, 128>(m, row, panel, lo, hi, oc0, c, (ldc, kb > 0)) }
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -190,7 +211,7 @@ unsafe fn avx512<const R: usize, const S: usize>(
 #[allow(clippy::too_many_arguments)]
 unsafe fn avx2<const R: usize, const S: usize>(
     m: &BlockSparse,
-    br: usize,
+    (brs, kb): (Range<usize>, usize),
     panel: &[f32],
     lo: usize,
     hi: usize,
@@ -198,14 +219,20 @@ unsafe fn avx2<const R: usize, const S: usize>(
     c: SyncPtr,
     ldc: usize,
 ) {
-    // SAFETY: forwarded from the caller.
-    unsafe { sparse_body::<R, S, true, 64>(m, br, panel, lo, hi, oc0, c, ldc) }
+    for br in brs {
+        let blocks = m.blocks_in(br, kb);
+        if kb == 0 || !blocks.is_empty() {
+            let row = (br, blocks);
+            // SAFETY: forwarded from the caller.
+            unsafe { sparse_body::<R, S, true, 64>(m, row, panel, lo, hi, oc0, c, (ldc, kb > 0)) }
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 unsafe fn portable<const R: usize, const S: usize>(
     m: &BlockSparse,
-    br: usize,
+    (brs, kb): (Range<usize>, usize),
     panel: &[f32],
     lo: usize,
     hi: usize,
@@ -213,8 +240,14 @@ unsafe fn portable<const R: usize, const S: usize>(
     c: SyncPtr,
     ldc: usize,
 ) {
-    // SAFETY: forwarded from the caller.
-    unsafe { sparse_body::<R, S, false, 64>(m, br, panel, lo, hi, oc0, c, ldc) }
+    for br in brs {
+        let blocks = m.blocks_in(br, kb);
+        if kb == 0 || !blocks.is_empty() {
+            let row = (br, blocks);
+            // SAFETY: forwarded from the caller.
+            unsafe { sparse_body::<R, S, false, 64>(m, row, panel, lo, hi, oc0, c, (ldc, kb > 0)) }
+        }
+    }
 }
 
 /// The kernel for blocks of `r` rows and strips of `s` columns on `isa`.
@@ -223,6 +256,10 @@ fn sparse_task(r: usize, s: usize, isa: Isa) -> SparseTask {
         ($(($r:literal, $s:literal)),*) => {
             match (r, s) {
                 $(
+                    #[cfg(target_arch = "x86_64")]
+                    ($r, $s) if isa == Isa::Avx512 && $s % 16 == 0 => {
+                        blocks_avx512::<$r, { $s / 16 }>
+                    }
                     #[cfg(target_arch = "x86_64")]
                     ($r, $s) if isa == Isa::Avx512 => avx512::<$r, $s>,
                     #[cfg(target_arch = "x86_64")]
@@ -245,4 +282,102 @@ fn sparse_task(r: usize, s: usize, isa: Isa) -> SparseTask {
         (4, 16),
         (8, 8)
     )
+}
+
+/// [`sparse_body`] written with AVX-512 intrinsics, so the accumulators
+/// provably stay in registers: consecutive block columns (of one block,
+/// or of one-column blocks) two at a time into two accumulator sets
+/// (2 * R * NV <= 16 registers), each column one broadcast per block row
+/// and NV vector loads of its row of the panel.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn blocks_avx512<const R: usize, const NV: usize>(
+    m: &BlockSparse,
+    (brs, kb): (Range<usize>, usize),
+    panel: &[f32],
+    lo: usize,
+    hi: usize,
+    oc0: usize,
+    c: SyncPtr,
+    ldc: usize,
+) {
+    use std::arch::x86_64::*;
+    let s = 16 * NV;
+    let (rows, bc) = (panel.len() / s, m.c);
+    let row = |k: usize, v: usize| {
+        // SAFETY: k < rows (asserted per block row below), and row k of the
+        // panel holds s = 16 * NV floats.
+        unsafe { _mm512_loadu_ps(panel.as_ptr().add(k * s + 16 * v)) }
+    };
+    // Columns lo..hi of C are lanes skip..skip + (hi - lo) of the strip.
+    let (skip, len) = (lo % s, hi - lo);
+    let masks: [__mmask16; NV] = std::array::from_fn(|j| {
+        let (a, b) = ((16 * j).max(skip), (16 * j + 16).min(skip + len));
+        if a >= b {
+            0
+        } else {
+            (((1u32 << (b - 16 * j)) - 1) & !((1u32 << (a - 16 * j)) - 1)) as __mmask16
+        }
+    });
+    for br in brs {
+        let blocks = m.blocks_in(br, kb);
+        if kb > 0 && blocks.is_empty() {
+            continue;
+        }
+        let cols = &m.block_cols[blocks.clone()];
+        let vals = &m.values[blocks.start * R * bc..blocks.end * R * bc];
+        // Columns ascend within a block row: the last block reaches furthest.
+        assert!(
+            cols.last().is_none_or(|&k| k + bc <= rows),
+            "columns are panel rows"
+        );
+        let mut acc = [[_mm512_setzero_ps(); NV]; R];
+        let mut acc2 = [[_mm512_setzero_ps(); NV]; R];
+        // Column cc of a block: B row k0 + cc times values v[rr * bc + cc].
+        let step = |set: &mut [[__m512; NV]; R], k: usize, v: &[f32], cc: usize| {
+            for j in 0..NV {
+                let b = row(k + cc, j);
+                for r in 0..R {
+                    set[r][j] = _mm512_fmadd_ps(_mm512_set1_ps(v[r * bc + cc]), b, set[r][j]);
+                }
+            }
+        };
+        if bc == 1 {
+            let mut pairs = cols.chunks_exact(2).zip(vals.chunks_exact(2 * R));
+            for (k, v) in &mut pairs {
+                step(&mut acc, k[0], &v[..R], 0);
+                step(&mut acc2, k[1], &v[R..], 0);
+            }
+            if cols.len() % 2 == 1 {
+                step(&mut acc, cols[cols.len() - 1], &vals[vals.len() - R..], 0);
+            }
+        } else {
+            for (&k, v) in cols.iter().zip(vals.chunks_exact(R * bc)) {
+                for cc in (0..bc - 1).step_by(2) {
+                    step(&mut acc, k, v, cc);
+                    step(&mut acc2, k, v, cc + 1);
+                }
+                if bc % 2 == 1 {
+                    step(&mut acc, k, v, bc - 1);
+                }
+            }
+        }
+        for r in 0..R.min(m.rows - br * R) {
+            let o = c.get().wrapping_add((oc0 + br * R + r) * ldc + lo);
+            for (j, &mask) in masks.iter().enumerate() {
+                let mut x = _mm512_add_ps(acc[r][j], acc2[r][j]);
+                // Lane l of vector j is column 16j + l - skip of the row.
+                let at = o.wrapping_add(16 * j).wrapping_sub(skip);
+                // SAFETY: the caller owns columns lo..hi of these rows of C;
+                // the masks keep lanes skip..skip + len.
+                unsafe {
+                    if kb > 0 {
+                        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask, at));
+                    }
+                    _mm512_mask_storeu_ps(at, mask, x);
+                }
+            }
+        }
+    }
 }
