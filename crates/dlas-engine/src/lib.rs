@@ -39,9 +39,9 @@ mod ops;
 pub mod schedule;
 mod sparse;
 mod spatial_pack;
-pub mod tuning;
 #[cfg(test)]
 mod testing;
+pub mod tuning;
 mod weights;
 pub mod workload;
 

@@ -15,8 +15,8 @@ pub mod claims;
 pub mod compare;
 pub mod compression;
 pub mod figure;
-pub mod metrics;
 pub mod illustrations;
+pub mod metrics;
 pub mod page;
 pub mod table;
 

@@ -161,6 +161,9 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Rounds the untuned and tuned networks alternate in.
+const ROUNDS: usize = 5;
+
 /// `dlas bench tune`: per network and algorithm, tuned against untuned
 /// (per layer, from the search, and whole network) and against ONNX
 /// Runtime, all measured in this run, with the search time it took.
@@ -236,12 +239,23 @@ pub fn bench(
             let search_s = started.elapsed().as_secs_f64();
             let tuned = Tuned::load(&best, false)?;
             let untuned_c = combination("native", algorithm, false);
-            let time = |c: &Combination, t: Option<&Tuned>| -> Result<f64> {
-                let mut s = dlas_runner::native::load(&path, c, threads, study.protocol.seed, t)?;
-                Ok(median(measure(s.as_mut(), &input, protocol)?))
+            let load = |c: &Combination, t: Option<&Tuned>| {
+                dlas_runner::native::load(&path, c, threads, study.protocol.seed, t)
             };
-            let untuned_ms = time(&untuned_c, None)?;
-            let tuned_ms = time(&tuned_c, Some(&tuned))?;
+            let (mut untuned, mut tuned_s) =
+                (load(&untuned_c, None)?, load(&tuned_c, Some(&tuned))?);
+            // Interleaved rounds, so drifting load on the machine falls on
+            // both engines alike.
+            let round = Protocol {
+                runs: runs.div_ceil(ROUNDS),
+                ..protocol
+            };
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..ROUNDS {
+                a.extend(measure(untuned.as_mut(), &input, round)?);
+                b.extend(measure(tuned_s.as_mut(), &input, round)?);
+            }
+            let (untuned_ms, tuned_ms) = (median(a), median(b));
             let s = &report.speedups;
             let mean = s.iter().sum::<f64>() / s.len().max(1) as f64;
             let max = s.iter().copied().fold(f64::NAN, f64::max);
