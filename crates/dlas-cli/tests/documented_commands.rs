@@ -35,6 +35,7 @@ const COMMANDS_RS: &str = "crates/dlas-cli/tests/commands.rs";
 const COMPRESS_RS: &str = "crates/dlas-cli/tests/compress.rs";
 const RUNTIMES_RS: &str = "crates/dlas-runner/tests/runtimes_agree.rs";
 const ENGINE_RS: &str = "crates/dlas-engine/tests/networks.rs";
+const TUNE_RS: &str = "crates/dlas-cli/tests/tune.rs";
 
 /// Documented commands by prefix; the longest matching prefix applies.
 const MAPPINGS: &[(&str, Exercised)] = &[
@@ -66,6 +67,41 @@ const MAPPINGS: &[(&str, Exercised)] = &[
     ("dlas zoo", Here),
     ("dlas compare", Here),
     ("dlas claims", Here),
+    (
+        "dlas tune",
+        Test(
+            TUNE_RS,
+            "tune_then_run_tuned_and_resume_without_remeasuring",
+        ),
+    ),
+    (
+        "dlas run --device host --filter dataset=cifar10,compiler=native,tuned=true",
+        Test(
+            TUNE_RS,
+            "tune_then_run_tuned_and_resume_without_remeasuring",
+        ),
+    ),
+    (
+        "cargo xtask bench tune",
+        LongRunning(
+            TUNE_RS,
+            "tune_then_run_tuned_and_resume_without_remeasuring",
+        ),
+    ),
+    (
+        "dlas metrics",
+        Test(
+            "crates/dlas-cli/tests/metrics.rs",
+            "a_host_batch_sweep_gives_rtr_ase_and_bsr",
+        ),
+    ),
+    (
+        "dlas run --shard",
+        Test(
+            "crates/dlas-cli/tests/cluster.rs",
+            "slurm_cluster_runs_and_merges_a_study",
+        ),
+    ),
     (
         "dlas run --study dlas --device mock",
         Test(COMMANDS_RS, "mocked_run_is_deterministic"),
