@@ -87,9 +87,11 @@ pub fn networks_of(study: &Study) -> Vec<Network> {
         .into_iter()
         .filter_map(|(dataset, model)| {
             let net = dlas_zoo::find(dataset, &model).ok()?;
+            let graph = (net.build)();
             Some(Network {
                 dataset,
-                params: (net.build)().params(),
+                params: graph.params(),
+                architecture: crate::compilers::Architecture::of(&graph),
                 model,
             })
         })
@@ -140,17 +142,23 @@ pub const CLAIMS: &str = "paper-tables/claims.md";
 /// The page a reviewer opens.
 pub const PAGE: &str = "figures/index.html";
 
-/// Whether a selection draws the compression facts (the sweeps, the layer
-/// of Figure 2), which take seconds to compute.
-pub fn needs_compression(selection: Selection) -> bool {
-    matches!(
-        selection,
-        Selection::All | Selection::Figure(2 | 3 | 7) | Selection::Table(2 | 5 | 8)
-    )
+/// Whether a selection of `study` draws the compression facts (the sweeps,
+/// the layer of Figure 2), which take seconds to compute; the compiler
+/// study draws none.
+pub fn needs_compression(study: &Study, selection: Selection) -> bool {
+    !crate::compilers::is_compiler_study(study)
+        && matches!(
+            selection,
+            Selection::All | Selection::Figure(2 | 3 | 7) | Selection::Table(2 | 5 | 8)
+        )
 }
 
-/// Builds the selected artifacts; everything adds the report page.
+/// Builds the selected artifacts; everything adds the report page. The
+/// compiler study has its own catalogue (`compilers`).
 pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
+    if crate::compilers::is_compiler_study(inputs.study) {
+        return crate::compilers::build(inputs, selection);
+    }
     let (tables, figures): (Vec<usize>, Vec<usize>) = match selection {
         Selection::All => (TABLES.to_vec(), FIGURES.to_vec()),
         Selection::Table(n) if TABLES.contains(&n) => (vec![n], vec![]),
@@ -548,7 +556,7 @@ fn native_footer(inputs: &Inputs) -> String {
 }
 
 /// "Source: …" line naming the devices and result files behind a figure.
-fn footer(inputs: &Inputs, devices: &[String]) -> String {
+pub(crate) fn footer(inputs: &Inputs, devices: &[String]) -> String {
     let sources: BTreeSet<&str> = inputs
         .results
         .iter()

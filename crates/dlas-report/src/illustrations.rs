@@ -272,6 +272,7 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
             panels.push(LinePanel {
                 title: format!("{technique}: {name}"),
                 x_label: "pruning level (fraction pruned; 0: dense)".into(),
+                x_range: None,
                 y_label: y_label.into(),
                 log_y,
                 series,
@@ -308,6 +309,7 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
         panels.push(LinePanel {
             title: format!("{technique}: recorded top-1 accuracy"),
             x_label: "pruning level (fraction pruned; 0: dense)".into(),
+            x_range: None,
             y_label: "top-1 (%)".into(),
             log_y: false,
             series,
