@@ -393,7 +393,8 @@ fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
         let mut row = vec![
             model.clone(),
             graph.params().to_string(),
-            net.published_params.to_string(),
+            net.published_params
+                .map_or_else(|| "-".to_string(), |p| p.to_string()),
             format!("{:.2}", graph.macs() as f64 / 1e6),
             graph.weighted_layers().count().to_string(),
             top1(&model, Compression::Dense, None),
