@@ -39,7 +39,7 @@
 
 use crate::mock::{Prediction, balanced_cores, lane_fill};
 use crate::spec::{DeviceKind, DeviceSpec};
-use dlas_zoo::{Graph, Op};
+use dlas_zoo::{Attention, Graph, Op};
 
 /// Bumped whenever this model's equations change; part of the rows' source tag.
 pub const VERSION: u32 = 1;
@@ -109,6 +109,9 @@ pub enum Body {
         window: usize,
         /// Output rows and width of a convolution ([1, 1] for linear layers).
         out_hw: [usize; 2],
+        /// Attention's products: every sample brings its own `groups`
+        /// (windows x heads) rather than more columns `n`.
+        batched_groups: bool,
     },
     /// One pass over the data: element-wise, pooling, normalisation, copies.
     Pass,
@@ -138,10 +141,17 @@ enum Class {
     Elementwise {
         params: f64,
     },
-    /// A pass of its own: pooling, reductions.
-    Pass,
-    /// Concatenation: a copy eager makes and a compiler elides.
-    Concat,
+    /// A pass of its own: pooling, normalisation over channels, layout copies.
+    Pass {
+        params: f64,
+    },
+    /// Concatenation (and prepending a class token): a copy eager makes and
+    /// a compiler elides by writing producers into the joined buffer.
+    Concat {
+        params: f64,
+    },
+    /// Self-attention: two products around a softmax.
+    Attention(Attention),
 }
 
 fn classify(graph: &Graph, id: usize) -> Class {
@@ -158,6 +168,7 @@ fn classify(graph: &Graph, id: usize) -> Class {
                     k: c.in_channels / c.groups * c.kernel * c.kernel,
                     window: c.kernel,
                     out_hw: [h, w],
+                    batched_groups: false,
                 },
                 c.weight_count() as f64 + if c.bias { c.out_channels as f64 } else { 0.0 },
             )
@@ -173,17 +184,33 @@ fn classify(graph: &Graph, id: usize) -> Class {
                 k: *in_features,
                 window: 1,
                 out_hw: [1, 1],
+                batched_groups: false,
             },
             (in_features * out_features + out_features) as f64,
         ),
         Op::BatchNorm => Class::Elementwise {
             params: 2.0 * node.shape[0] as f64,
         },
-        Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid | Op::Add | Op::Mul => {
+        Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid | Op::Gelu | Op::Add | Op::Mul => {
             Class::Elementwise { params: 0.0 }
         }
-        Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool => Class::Pass,
-        Op::Concat => Class::Concat,
+        Op::LayerScale | Op::PositionEmbedding => Class::Elementwise {
+            params: node.params() as f64,
+        },
+        // A layer norm reduces over the channels of a token, which a GEMM
+        // tile's epilogue does not hold whole: a pass of its own.
+        Op::LayerNorm { .. } => Class::Pass {
+            params: node.params() as f64,
+        },
+        Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool | Op::SpaceToDepth => {
+            Class::Pass { params: 0.0 }
+        }
+        Op::Concat | Op::ClassToken => Class::Concat {
+            params: node.params() as f64,
+        },
+        // Taking the class token is a view of the sequence.
+        Op::FirstToken => Class::View,
+        Op::Attention(a) => Class::Attention(*a),
     }
 }
 
@@ -217,9 +244,16 @@ pub fn lower(graph: &Graph, compiler: GraphCompiler) -> Vec<Launch> {
         let launch = match classify(graph, id) {
             Class::View => continue,
             Class::Contraction(body, weights) => new_launch(body, weights),
-            Class::Pass => new_launch(Body::Pass, 0.0),
-            Class::Concat if fuses => continue,
-            Class::Concat => new_launch(Body::Pass, 0.0),
+            Class::Pass { params } => new_launch(Body::Pass, params),
+            Class::Concat { .. } if fuses => continue,
+            Class::Concat { params } => new_launch(Body::Pass, params),
+            Class::Attention(a) => {
+                let [d, h, w] = node.shape;
+                let parts = attention(&node.name, id, a, d, h, w, fuses);
+                launches.extend(parts);
+                launch_of[id] = Some(launches.len() - 1);
+                continue;
+            }
             Class::Elementwise { params } => {
                 // An input whose only consumer is this node and that is the
                 // current output of its launch: this node can run in that
@@ -257,6 +291,96 @@ pub fn lower(graph: &Graph, compiler: GraphCompiler) -> Vec<Launch> {
         launch_of[id] = Some(launches.len() - 1);
     }
     launches
+}
+
+/// The kernels of one self-attention over a `[3d, h, w]` tensor of queries,
+/// keys and values. Fused (the compiler), one kernel computes both products
+/// per window and head with the scores on chip. Eager (as timm's modules
+/// run): Swin's roll and window partition are copies, queries are scaled,
+/// the scores are written by one batched product, then read and written by
+/// the bias and mask additions and the softmax, read again by the second
+/// product, and the heads are copied back into tokens (and windows).
+fn attention(
+    name: &str,
+    id: usize,
+    a: Attention,
+    d: usize,
+    h: usize,
+    w: usize,
+    fused: bool,
+) -> Vec<Launch> {
+    let (wh, ww) = a.window_hw(h, w);
+    let windows = (h / wh) * (w / ww);
+    let tokens = wh * ww;
+    let head = d / a.heads;
+    let groups = windows * a.heads;
+    let values = (d * h * w) as f64;
+    let scores = (groups * tokens * tokens) as f64;
+    let bias = a.bias_count() as f64;
+    let product = |k: usize, n: usize| Body::Gemm {
+        groups,
+        m: tokens,
+        n,
+        k,
+        window: 1,
+        out_hw: [1, n],
+        batched_groups: true,
+    };
+    let launch = |part: &str, body: Body, read: f64, write: f64, weights: f64| Launch {
+        name: format!("{name}.{part}"),
+        body,
+        nodes: vec![id],
+        read_elems: read,
+        write_elems: write,
+        weight_elems: weights,
+    };
+    if fused {
+        return vec![launch(
+            "fused",
+            product(2 * head, tokens),
+            3.0 * values,
+            values,
+            bias,
+        )];
+    }
+    let copy = |part: &str, elems: f64| launch(part, Body::Pass, elems, elems, 0.0);
+    let mut out = Vec::new();
+    if a.shift > 0 {
+        out.push(copy("roll", 3.0 * values));
+    }
+    if a.window.is_some() {
+        out.push(copy("partition", 3.0 * values));
+    }
+    out.push(copy("scale", values));
+    out.push(launch(
+        "scores",
+        product(head, tokens),
+        2.0 * values,
+        scores,
+        0.0,
+    ));
+    if a.relative_bias {
+        out.push(launch("bias", Body::Pass, scores, scores, bias));
+    }
+    if a.shift > 0 {
+        out.push(copy("mask", scores));
+    }
+    out.push(copy("softmax", scores));
+    out.push(launch(
+        "context",
+        product(tokens, head),
+        scores + values,
+        values,
+        0.0,
+    ));
+    out.push(copy("heads", values));
+    if a.window.is_some() {
+        out.push(copy("reverse", values));
+    }
+    if a.shift > 0 {
+        out.push(copy("unroll", values));
+    }
+    out
 }
 
 /// Per-launch predicted times of `graph` under `compiler` at `batch`.
@@ -338,7 +462,12 @@ fn gpu_gemm(
     (tm, tn): (usize, usize),
 ) -> (f64, f64) {
     let Body::Gemm {
-        groups, m, n, k, ..
+        groups,
+        m,
+        n,
+        k,
+        batched_groups,
+        ..
     } = *body
     else {
         unreachable!("only GEMM bodies are tiled")
@@ -346,7 +475,11 @@ fn gpu_gemm(
     let clock = spec.clock_ghz * 1e9;
     let lanes = spec.fma_lanes as f64;
     let cores = spec.cores as f64;
-    let n = n * batch;
+    let (groups, n) = if batched_groups {
+        (groups * batch, n)
+    } else {
+        (groups, n * batch)
+    };
     if m == 1 {
         // Depthwise: one thread per output reduces its window; a tile of
         // output channels has nothing to share.
@@ -389,6 +522,7 @@ fn cpu_gemm(spec: &DeviceSpec, body: &Body, batch: usize, compiler: GraphCompile
         k,
         window,
         out_hw: [oh, ow],
+        ..
     } = *body
     else {
         unreachable!("only GEMM bodies are contractions")
@@ -441,6 +575,42 @@ mod tests {
         (dlas_zoo::find(dataset, name).unwrap().build)()
     }
 
+    fn macs_of(launches: &[Launch]) -> usize {
+        launches
+            .iter()
+            .map(|l| match l.body {
+                Body::Gemm {
+                    groups, m, n, k, ..
+                } => groups * m * n * k,
+                Body::Pass => 0,
+            })
+            .sum()
+    }
+
+    #[test]
+    fn attention_is_fused_into_one_kernel_with_the_scores_on_chip() {
+        let g = graph(Dataset::Imagenet, "swin_t");
+        let eager = lower(&g, GraphCompiler::Eager);
+        let vendor = lower(&g, GraphCompiler::Vendor);
+        assert_eq!(macs_of(&eager), g.macs() as usize);
+        assert_eq!(macs_of(&vendor), g.macs() as usize);
+        let attention = |ls: &[Launch]| -> (usize, f64) {
+            let parts: Vec<&Launch> = ls.iter().filter(|l| l.name.contains("attention")).collect();
+            (
+                parts.len(),
+                parts.iter().map(|l| l.read_elems + l.write_elems).sum(),
+            )
+        };
+        let (eager_kernels, eager_traffic) = attention(&eager);
+        let (vendor_kernels, vendor_traffic) = attention(&vendor);
+        let layers = g.op_histogram()["Attention"];
+        assert_eq!(vendor_kernels, layers);
+        // Windowed (and every other block shifted): at least partition,
+        // scale, two products, bias, softmax, heads and reverse.
+        assert!(eager_kernels >= 8 * layers, "{eager_kernels}");
+        assert!(vendor_traffic < 0.25 * eager_traffic);
+    }
+
     #[test]
     fn ids_round_trip() {
         for c in GraphCompiler::ALL {
@@ -464,18 +634,8 @@ mod tests {
         // batch norm, ReLU and residual add runs in a convolution's epilogue.
         assert_eq!(vendor.len(), 22);
         // Both execute the same multiply-accumulates.
-        let macs = |ls: &[Launch]| -> usize {
-            ls.iter()
-                .map(|l| match l.body {
-                    Body::Gemm {
-                        groups, m, n, k, ..
-                    } => groups * m * n * k,
-                    Body::Pass => 0,
-                })
-                .sum()
-        };
-        assert_eq!(macs(&eager), g.macs() as usize);
-        assert_eq!(macs(&vendor), g.macs() as usize);
+        assert_eq!(macs_of(&eager), g.macs() as usize);
+        assert_eq!(macs_of(&vendor), g.macs() as usize);
         // Fusion removes memory traffic.
         let traffic =
             |ls: &[Launch]| -> f64 { ls.iter().map(|l| l.read_elems + l.write_elems).sum() };

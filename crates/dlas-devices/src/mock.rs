@@ -88,7 +88,7 @@ impl MockDevice {
         let io_bytes = (k.input_elems + k.output_elems) * batch * value_bytes;
         let out_channels = match &k.kind {
             KernelKind::Conv(conv) => conv.out_channels,
-            KernelKind::Linear => k.output_elems as usize,
+            KernelKind::Linear | KernelKind::MatMul => k.output_elems as usize,
             KernelKind::Memory => return io_bytes / dram + launch,
         };
         let sparse = c.format.is_sparse();

@@ -20,7 +20,7 @@ const BATCHES: [usize; 4] = [1, 4, 16, 64];
 #[test]
 fn the_vendor_compiler_never_loses_to_eager() {
     for spec in specs() {
-        for net in dlas_zoo::catalogue() {
+        for net in dlas_zoo::all() {
             let graph = (net.build)();
             for batch in BATCHES {
                 let eager = seconds(&spec, &graph, GraphCompiler::Eager, batch);
@@ -78,7 +78,7 @@ fn more_bandwidth_clock_or_cores_never_slow_down() {
 #[test]
 fn throughput_never_falls_much_with_batch_size() {
     for spec in specs() {
-        for net in dlas_zoo::catalogue() {
+        for net in dlas_zoo::all() {
             let graph = (net.build)();
             for c in GraphCompiler::ALL {
                 let per_sample: Vec<f64> = BATCHES

@@ -222,6 +222,10 @@ pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
             tables: &built_tables,
             figures: &built_figures,
             claims: checked,
+            observations: &claims::observations(),
+            claims_file: CLAIMS,
+            command: "cargo xtask reproduce --all",
+            claims_command: "dlas claims FILE...",
         };
         out.push(Artifact {
             path: PAGE.into(),
@@ -401,7 +405,8 @@ fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
         let mut row = vec![
             model.clone(),
             graph.params().to_string(),
-            net.published_params.to_string(),
+            net.published_params
+                .map_or_else(|| "-".to_string(), |p| p.to_string()),
             format!("{:.2}", graph.macs() as f64 / 1e6),
             graph.weighted_layers().count().to_string(),
             top1(&model, Compression::Dense, None),

@@ -3,7 +3,7 @@
 //! verdicts as insta snapshots, and the files each selection writes.
 
 use dlas_core::{Study, results};
-use dlas_report::compilers::{self, CLAIMS, FIGURES, TABLES};
+use dlas_report::compilers::{self, CLAIMS, FIGURES, PAGE, TABLES};
 use dlas_report::compression::Sweeps;
 use dlas_report::{Inputs, ResultsFile, Selection};
 use std::path::Path;
@@ -87,7 +87,8 @@ fn each_selection_writes_its_files_under_the_study_folders() {
         );
         let all = paths(Selection::All);
         assert!(all.contains(&CLAIMS.to_string()));
-        assert_eq!(all.len(), 3 * TABLES.len() + 1 + 2 * FIGURES.len());
+        assert_eq!(all.last().map(String::as_str), Some(PAGE));
+        assert_eq!(all.len(), 3 * TABLES.len() + 1 + 2 * FIGURES.len() + 1);
         let err = dlas_report::build(inputs, Selection::Figure(8))
             .unwrap_err()
             .to_string();
@@ -95,8 +96,21 @@ fn each_selection_writes_its_files_under_the_study_folders() {
             err,
             "the compiler study has no figure 8; figures: [1, 2, 3, 4, 5, 6, 7]"
         );
-        // The same inputs give the same bytes.
+        // The same inputs give the same bytes; the page holds every figure
+        // and the findings.
         let bytes = |n| dlas_report::build(inputs, Selection::Figure(n)).unwrap();
         assert_eq!(bytes(1), bytes(1));
+        let page = dlas_report::build(inputs, Selection::All)
+            .unwrap()
+            .pop()
+            .unwrap();
+        let html = String::from_utf8(page.bytes).unwrap();
+        for n in FIGURES {
+            assert!(html.contains(&format!("id=\"figure-{n}\"")), "figure {n}");
+        }
+        assert!(
+            html.contains("<td>C3</td>")
+                && html.contains("cargo xtask reproduce --study compilers --all")
+        );
     });
 }

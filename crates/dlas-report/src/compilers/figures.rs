@@ -228,8 +228,9 @@ pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
     }
 }
 
-/// Figure 5: throughput against batch size, compiled against baseline, one
-/// panel per device; each series' saturation batch is ringed.
+/// Figure 5: throughput against batch size, one row of panels per device
+/// (baseline left, compiled right, each network in the same colour in
+/// both); each series' saturation batch is ringed.
 pub fn throughput_vs_batch(inputs: &Inputs) -> FigureData {
     let curves = Curves::new(inputs.results);
     let models: Vec<String> = whole_networks(inputs.study)
@@ -251,34 +252,34 @@ pub fn throughput_vs_batch(inputs: &Inputs) -> FigureData {
         let Some(&(baseline, compiled)) = curves.pairs_on(device).first() else {
             continue;
         };
-        let mut series = Vec::new();
-        for model in &models {
-            for config in [baseline, compiled] {
-                let Some(curve) = curves.get(device, model, config) else {
-                    continue;
-                };
-                series.push(LineSeries {
-                    name: format!("{model} {config}"),
-                    points: curve.points.iter().map(|(&b, &t)| [log2(b), t]).collect(),
-                    marked: curve
-                        .saturation_batch()
-                        .and_then(|b| Some([log2(b), curve.at(b)?])),
-                });
-            }
+        for config in [baseline, compiled] {
+            let series = models
+                .iter()
+                .filter_map(|model| {
+                    let curve = curves.get(device, model, config)?;
+                    Some(LineSeries {
+                        name: model.clone(),
+                        points: curve.points.iter().map(|(&b, &t)| [log2(b), t]).collect(),
+                        marked: curve
+                            .saturation_batch()
+                            .and_then(|b| Some([log2(b), curve.at(b)?])),
+                    })
+                })
+                .collect();
+            panels.push(LinePanel {
+                title: format!("{device}: {config}"),
+                x_label: "log2 of the batch size".into(),
+                x_range: Some([0.0, log2(largest).max(1.0)]),
+                y_label: "throughput (samples/s)".into(),
+                log_y: true,
+                series,
+                note: String::new(),
+            });
         }
-        panels.push(LinePanel {
-            title: format!("{device}: {baseline} and {compiled}"),
-            x_label: "log2 of the batch size".into(),
-            x_range: Some([0.0, log2(largest).max(1.0)]),
-            y_label: "throughput (samples/s)".into(),
-            log_y: true,
-            series,
-            note: String::new(),
-        });
     }
     FigureData {
         number: 5,
-        title: "Throughput against batch size, compiled and baseline".into(),
+        title: "Throughput against batch size, baseline (left) and compiled (right)".into(),
         y_label: "throughput (samples/s)".into(),
         log_y: true,
         body: Body::Lines { columns: 2, panels },

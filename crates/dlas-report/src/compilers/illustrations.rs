@@ -42,11 +42,20 @@ fn organization(graph: &Graph) -> Vec<String> {
             stage.layers += 1;
         }
     }
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    // Scopes without layers or blocks (a pooling or flatten between
+    // stages) organise nothing.
     let stages: Vec<String> = stages
         .iter()
+        .filter(|s| s.layers > 0 || !s.blocks.is_empty())
         .map(|s| match s.blocks.len() {
-            0 => format!("{}: {} layers", s.name, s.layers),
-            n => format!("{}: {n} blocks, {} layers", s.name, s.layers),
+            0 => format!("{}: {}", s.name, count(s.layers, "layer")),
+            n => format!(
+                "{}: {}, {}",
+                s.name,
+                count(n, "block"),
+                count(s.layers, "layer")
+            ),
         })
         .collect();
     let operators: Vec<String> = graph

@@ -1,7 +1,8 @@
 //! The compiler study's report (`data/studies/compilers.toml`): its own
 //! numbering of Figures 1-7 and Tables 1-2, written under
 //! `figures/compilers/` and `paper-tables/compilers/`, with its findings
-//! checked in `paper-tables/compilers/claims.md`.
+//! checked in `paper-tables/compilers/claims.md` and its own report page,
+//! `figures/compilers/index.html`.
 //!
 //! A study named `compilers` gets this catalogue; every other study gets the
 //! DLAS catalogue (`catalogue.rs`), which stays the default.
@@ -32,6 +33,8 @@ pub const FIGURE_DIR: &str = "figures/compilers";
 pub const TABLE_DIR: &str = "paper-tables/compilers";
 /// Its findings, checked.
 pub const CLAIMS: &str = "paper-tables/compilers/claims.md";
+/// Its report page.
+pub const PAGE: &str = "figures/compilers/index.html";
 
 /// Whether `study` is reported with this catalogue.
 pub fn is_compiler_study(study: &Study) -> bool {
@@ -261,6 +264,7 @@ pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
         }
     };
     let mut out = Vec::new();
+    let mut built_tables = Vec::new();
     for n in tables {
         let t = table(n, inputs)?;
         let stem = format!("{TABLE_DIR}/table{n}");
@@ -276,23 +280,46 @@ pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
             path: format!("{stem}.tex").into(),
             bytes: t.latex().into_bytes(),
         });
+        built_tables.push(t);
     }
-    if selection == Selection::All {
+    let checked = (selection == Selection::All).then(|| checked(inputs));
+    if let Some(checked) = &checked {
         out.push(Artifact {
             path: CLAIMS.into(),
-            bytes: claims::compilers::markdown(&checked(inputs)).into_bytes(),
+            bytes: claims::compilers::markdown(checked).into_bytes(),
         });
     }
+    let mut built_figures = Vec::new();
     for n in figures {
         let f = figure(n, inputs)?;
         let draw_error = |e| anyhow::anyhow!("cannot draw figure {n}: {e}");
+        let svg = f.svg().map_err(draw_error)?;
         out.push(Artifact {
             path: format!("{FIGURE_DIR}/figure{n}.svg").into(),
-            bytes: f.svg().map_err(draw_error)?.into_bytes(),
+            bytes: svg.clone().into_bytes(),
         });
         out.push(Artifact {
             path: format!("{FIGURE_DIR}/figure{n}.png").into(),
             bytes: f.png().map_err(draw_error)?,
+        });
+        built_figures.push((f, svg));
+    }
+    if let Some(checked) = &checked {
+        let page = crate::page::Page {
+            study: inputs.study,
+            hosts: &inputs.hosts,
+            files: &inputs.file_list(),
+            tables: &built_tables,
+            figures: &built_figures,
+            claims: checked,
+            observations: &claims::compilers::findings(),
+            claims_file: CLAIMS,
+            command: "cargo xtask reproduce --study compilers --all",
+            claims_command: "dlas claims --study compilers FILE...",
+        };
+        out.push(Artifact {
+            path: PAGE.into(),
+            bytes: page.html().into_bytes(),
         });
     }
     Ok(out)
