@@ -13,7 +13,8 @@ use dlas_zoo::weights::MODEL_SEED as DEFAULT_SEED;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// One line per network: model, dataset, params, MACs, layers.
+    /// One line per network of the zoo (the DLAS study's, the modern
+    /// architectures, the block-repeat models): model, dataset, params, MACs, layers.
     List {
         #[arg(long, value_enum, default_value_t = ListFormat::Csv)]
         format: ListFormat,
@@ -106,8 +107,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
 fn list(format: ListFormat) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let header = ["model", "dataset", "params", "macs", "layers"];
-    let rows: Vec<[String; 5]> = catalogue()
-        .iter()
+    let rows: Vec<[String; 5]> = dlas_zoo::all()
         .map(|n| {
             let g = (n.build)();
             [
@@ -131,13 +131,13 @@ fn list(format: ListFormat) -> Result<()> {
         ListFormat::Table => {
             writeln!(
                 out,
-                "{:<16} {:<9} {:>11} {:>13} {:>7}",
+                "{:<22} {:<9} {:>11} {:>13} {:>7}",
                 header[0], header[1], header[2], header[3], header[4]
             )?;
             for r in &rows {
                 writeln!(
                     out,
-                    "{:<16} {:<9} {:>11} {:>13} {:>7}",
+                    "{:<22} {:<9} {:>11} {:>13} {:>7}",
                     r[0], r[1], r[2], r[3], r[4]
                 )?;
             }
