@@ -29,8 +29,9 @@ pub enum Command {
         #[arg(long, default_value_t = DEFAULT_SEED)]
         seed: u64,
     },
-    /// Write every network, and its fp16 and int8 compressions (into
-    /// `compressed/`), into a folder; print `sha256  file` lines (the lock format).
+    /// Write the DLAS study's networks and every other zoo network a study
+    /// names, and the DLAS study's compressions (into `compressed/`), into a
+    /// folder; print `sha256  file` lines (the lock format).
     ExportAll {
         #[arg(long)]
         out: PathBuf,
@@ -59,7 +60,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
             println!("{digest}  {}", out.display());
         }
         Command::ExportAll { out, seed } => {
-            for net in catalogue() {
+            for net in studied_networks(project)? {
                 let file = format!("{}-{}.onnx", net.dataset, net.name);
                 let digest = export(net, &out.join(&file), *seed)?;
                 println!("{digest}  {file}");
@@ -102,6 +103,28 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The DLAS study's networks, then every other zoo network some study names
+/// (user ONNX models aside), in study order: the files `data/models.lock`
+/// pins, so a study's host runs find their models pinned and networks no
+/// study runs are not.
+fn studied_networks(project: &Project) -> Result<Vec<&'static dlas_zoo::Network>> {
+    let dir = project.studies_dir();
+    let mut nets: Vec<&'static dlas_zoo::Network> = catalogue().iter().collect();
+    for name in dlas_core::study::list_studies(&dir) {
+        let study = Study::load(&name, &dir)?;
+        for (dataset, model) in study.models() {
+            if study.onnx_model(&model).is_some() {
+                continue;
+            }
+            let net = dlas_zoo::find(dataset, &model)?;
+            if !nets.iter().any(|n| std::ptr::eq(*n, net)) {
+                nets.push(net);
+            }
+        }
+    }
+    Ok(nets)
 }
 
 fn list(format: ListFormat) -> Result<()> {

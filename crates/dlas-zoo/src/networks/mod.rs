@@ -28,8 +28,7 @@ pub struct Network {
     pub reference: &'static str,
 }
 
-/// The DLAS study's eight networks, in the study's order (their ONNX files
-/// are the ones `data/models.lock` pins).
+/// The DLAS study's eight networks, in the study's order.
 pub fn catalogue() -> &'static [Network] {
     &[
         Network {
