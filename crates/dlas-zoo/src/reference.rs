@@ -342,6 +342,12 @@ fn eval_node(
                 Some(Params::Tensor(t)) => Some(t.as_slice()),
                 _ => None,
             };
+            assert_eq!(
+                table.map_or(0, <[f32]>::len),
+                a.bias_count(),
+                "node {} needs its relative-position table",
+                node.name
+            );
             attention_f64(inputs[0], batch, in_shape(0), a, table)
         }
         (Op::LayerScale, Some(Params::Tensor(gamma))) => {
