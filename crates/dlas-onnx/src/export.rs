@@ -451,7 +451,7 @@ impl GraphOut {
         self.initializer(name, &[], &[value])
     }
 
-    /// `node` `op` on `inputs`, named `{prefix}.{suffix}`; returns the name.
+    /// Adds an `op` node on `inputs` named `{prefix}.{suffix}`; returns the name.
     fn step(&mut self, op: &str, prefix: &str, suffix: &str, inputs: Vec<String>) -> String {
         let name = format!("{prefix}.{suffix}");
         self.node(op, &name, inputs, vec![]);

@@ -94,7 +94,7 @@ fn every_operator_agrees_with_the_reference_at_batch_2() {
 
 #[test]
 fn modern_networks_agree_with_the_reference() {
-    for name in ["convnext_t", "deit_tiny", "swin_t"] {
+    for name in ["convnext_t", "deit_tiny", "vit_s16", "swin_t"] {
         check(
             &(dlas_zoo::find(Dataset::Imagenet, name).unwrap().build)(),
             1,

@@ -42,10 +42,11 @@ fn cifar10_networks_agree_across_runtimes_and_the_native_engine() {
     }
 }
 
-/// The compiler study's modern networks and one model of each transformer
-/// block kind: ONNX Runtime without optimizations agrees with the zoo's f64
-/// reference, and ONNX Runtime optimized and both tract levels agree with
-/// it. The files are exported here, as no study pins them yet.
+/// The compiler study's modern networks and the block models of the new
+/// block kinds: ONNX Runtime optimized and both tract levels agree with
+/// ONNX Runtime unoptimized (tract-opt itself agrees with the zoo's f64
+/// reference in dlas-onnx's `transformers` tests, so every runtime is tied
+/// to it). The files are exported here, as no study pins them yet.
 #[test]
 fn transformer_networks_agree_across_runtimes() {
     use dlas_backends::{SessionConfig, ort_runtime, relative_l2};
@@ -68,6 +69,7 @@ fn transformer_networks_agree_across_runtimes() {
     for name in [
         "convnext_t",
         "deit_tiny",
+        "vit_s16",
         "swin_t",
         "blocks-convnext-2",
         "blocks-transformer-2",
@@ -81,12 +83,6 @@ fn transformer_networks_agree_across_runtimes() {
             .unwrap()
             .run(&input)
             .unwrap();
-        let exact: Vec<f32> = dlas_zoo::reference::evaluate(&graph, &weights, &input, 1)
-            .into_iter()
-            .map(|v| v as f32)
-            .collect();
-        let e = relative_l2(&reference, &exact);
-        assert!(e < TOLERANCE, "{name} ort-noopt against f64: {e}");
         for compiler in ["ort-opt", "tract-plain", "tract-opt"] {
             let output = dlas_backends::load(compiler, &path, &config)
                 .unwrap()

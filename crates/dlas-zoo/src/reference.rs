@@ -216,6 +216,26 @@ pub fn attention_f64(
     out
 }
 
+/// Swin's patch merging (see [`Op::SpaceToDepth`]) of a batch of `shape`.
+fn space_to_depth(input: &[f64], shape: Shape) -> Vec<f64> {
+    let [c, h, w] = shape;
+    let (oh, ow) = (h / 2, w / 2);
+    let mut out = vec![0.0; input.len()];
+    for (x, y) in input.chunks(c * h * w).zip(out.chunks_mut(c * h * w)) {
+        for (dx, dy, i) in
+            (0..2).flat_map(|dx| (0..2).flat_map(move |dy| (0..c).map(move |i| (dx, dy, i))))
+        {
+            let oc = (2 * dx + dy) * c + i;
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    y[(oc * oh + oy) * ow + ox] = x[(i * h + 2 * oy + dy) * w + 2 * ox + dx];
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Evaluates one node given its inputs' values (each (batch, c, h, w)).
 fn eval_node(
     graph: &Graph,
@@ -322,6 +342,12 @@ fn eval_node(
                 Some(Params::Tensor(t)) => Some(t.as_slice()),
                 _ => None,
             };
+            assert_eq!(
+                table.map_or(0, <[f32]>::len),
+                a.bias_count(),
+                "node {} needs its relative-position table",
+                node.name
+            );
             attention_f64(inputs[0], batch, in_shape(0), a, table)
         }
         (Op::LayerScale, Some(Params::Tensor(gamma))) => {
@@ -350,25 +376,7 @@ fn eval_node(
             let [_, tokens, _] = in_shape(0);
             inputs[0].chunks(tokens).map(|seq| seq[0]).collect()
         }
-        (Op::SpaceToDepth, _) => {
-            let [c, h, w] = in_shape(0);
-            let (oh, ow) = (h / 2, w / 2);
-            let mut out = vec![0.0; inputs[0].len()];
-            for (x, y) in inputs[0].chunks(c * h * w).zip(out.chunks_mut(c * h * w)) {
-                for (dx, dy, i) in (0..2)
-                    .flat_map(|dx| (0..2).flat_map(move |dy| (0..c).map(move |i| (dx, dy, i))))
-                {
-                    let oc = (2 * dx + dy) * c + i;
-                    for oy in 0..oh {
-                        for ox in 0..ow {
-                            y[(oc * oh + oy) * ow + ox] =
-                                x[(i * h + 2 * oy + dy) * w + 2 * ox + dx];
-                        }
-                    }
-                }
-            }
-            out
-        }
+        (Op::SpaceToDepth, _) => space_to_depth(inputs[0], in_shape(0)),
         (op, p) => panic!(
             "node {} ({op:?}) has parameters {:?}",
             node.name,
@@ -454,6 +462,54 @@ mod tests {
         let x: Vec<f64> = (1..=9).map(f64::from).collect();
         let y = conv2d_f64(&x, 1, [1, 3, 3], &conv, &[1.0; 4], Some(&[0.5]));
         assert_eq!(y, vec![12.5, 16.5, 24.5, 28.5]);
+    }
+
+    /// Two tokens of one dimension, one head: token 0's query against the
+    /// keys 0 and ln 3 weighs the values 1:3; token 1's zero query weighs
+    /// them equally.
+    #[test]
+    fn attention_of_a_known_case() {
+        let a = Attention {
+            heads: 1,
+            window: None,
+            shift: 0,
+            relative_bias: false,
+        };
+        // Channels q, k, v of tokens (0, 1).
+        let qkv = [1.0, 0.0, 0.0, 3f64.ln(), 4.0, 8.0];
+        let y = attention_f64(&qkv, 1, [3, 2, 1], &a, None);
+        assert!(
+            (y[0] - 7.0).abs() < 1e-12 && (y[1] - 6.0).abs() < 1e-12,
+            "{y:?}"
+        );
+    }
+
+    /// Windows of one token attend to themselves only: the output is v,
+    /// whatever the queries, keys and relative biases.
+    #[test]
+    fn one_token_windows_give_their_values() {
+        let a = Attention {
+            heads: 2,
+            window: Some(1),
+            shift: 0,
+            relative_bias: true,
+        };
+        let qkv: Vec<f64> = (0..12 * 4).map(|i| (i as f64 * 0.37).sin()).collect();
+        let y = attention_f64(&qkv, 1, [12, 2, 2], &a, Some(&[0.5, -0.5]));
+        assert_eq!(y, qkv[8 * 4..]);
+    }
+
+    #[test]
+    fn layer_norm_gelu_and_patch_merging_of_known_cases() {
+        let y = layer_norm(&[1.0, 3.0], [2, 1, 1], 0.0, &[2.0, 1.0], &[0.0, 0.5]);
+        assert_eq!(y, vec![-2.0, 1.5]);
+        // Phi(1), the standard normal distribution function at 1.
+        assert!((gelu(1.0) - 0.841_344_746_068_542_9).abs() < 1e-15);
+        // One channel, rows (1 2) (3 4): channels in (dx, dy) order.
+        assert_eq!(
+            space_to_depth(&[1.0, 2.0, 3.0, 4.0], [1, 2, 2]),
+            vec![1.0, 3.0, 2.0, 4.0]
+        );
     }
 
     #[test]

@@ -167,7 +167,10 @@ impl Reversal {
 }
 
 /// Every pair of `models` whose ranking at `batch` flips between a
-/// baseline and its compiled configuration on `device`.
+/// baseline and its compiled configuration on `device`, by more than the
+/// run-to-run tolerance: the first network's lead uncompiled times the
+/// second's lead compiled exceeds [`crate::claims::TOLERANCE`], so two
+/// networks within noise of each other do not count as a reversal.
 pub fn reversals(curves: &Curves, device: &str, models: &[String], batch: usize) -> Vec<Reversal> {
     let mut out = Vec::new();
     for (baseline, compiled) in curves.pairs_on(device) {
@@ -189,6 +192,12 @@ pub fn reversals(curves: &Curves, device: &str, models: &[String], batch: usize)
                 } else {
                     continue;
                 };
+                let [lead_before, behind_before, lead_after, behind_after] = throughputs;
+                if (lead_before / behind_before) * (behind_after / lead_after)
+                    <= crate::claims::TOLERANCE
+                {
+                    continue;
+                }
                 out.push(Reversal {
                     device: device.to_string(),
                     baseline,

@@ -3,7 +3,7 @@
 //! CIFAR-10 definitions follow the PyTorch CIFAR code the study trained
 //! (3x3 stems, no stem max-pool); ImageNet definitions follow torchvision,
 //! and the compiler study's modern architectures (ConvNeXt-T, DeiT-Tiny,
-//! Swin-T) follow timm. Each network's parameter count is tested against
+//! ViT-S/16, Swin-T) follow timm. Each network's parameter count is tested against
 //! the published one, and the modern ones' MACs against their published
 //! figures. The block-repeat models ([`blocks`]) have no published
 //! counts; theirs are tested to grow linearly with depth.
@@ -28,8 +28,7 @@ pub struct Network {
     pub reference: &'static str,
 }
 
-/// The DLAS study's eight networks, in the study's order (their ONNX files
-/// are the ones `data/models.lock` pins).
+/// The DLAS study's eight networks, in the study's order.
 pub fn catalogue() -> &'static [Network] {
     &[
         Network {
@@ -91,7 +90,7 @@ pub fn catalogue() -> &'static [Network] {
     ]
 }
 
-/// The compiler study's modern architectures: a modern CNN and two
+/// The compiler study's modern architectures: a modern CNN and three
 /// transformers (ImageNet).
 pub fn modern() -> &'static [Network] {
     &[
@@ -108,6 +107,13 @@ pub fn modern() -> &'static [Network] {
             build: modern::deit_tiny,
             published_params: Some(5_717_416),
             reference: "timm deit_tiny_patch16_224 (5.7M params, 1.26 GMACs; Touvron et al. 2021)",
+        },
+        Network {
+            name: "vit_s16",
+            dataset: Dataset::Imagenet,
+            build: modern::vit_s16,
+            published_params: Some(22_050_664),
+            reference: "timm vit_small_patch16_224 (22.05M params, 4.61 GMACs)",
         },
         Network {
             name: "swin_t",
@@ -192,6 +198,7 @@ mod tests {
         for (name, published) in [
             ("convnext_t", 4.47e9),
             ("deit_tiny", 1.26e9),
+            ("vit_s16", 4.61e9),
             ("swin_t", 4.49e9),
         ] {
             let g = (find(Dataset::Imagenet, name).unwrap().build)();

@@ -1,5 +1,6 @@
 //! The compiler study's modern ImageNet architectures, as timm defines
-//! them: ConvNeXt-T, DeiT-Tiny (a ViT with a class token) and Swin-T.
+//! them: ConvNeXt-T, DeiT-Tiny and ViT-S/16 (ViTs with a class token) and
+//! Swin-T.
 //!
 //! Linear layers on tokens are 1x1 convolutions (see [`crate::ir`]); drop
 //! path and dropout are identities at inference and do not appear.
@@ -62,17 +63,27 @@ pub(super) fn convnext_block(g: &mut GraphBuilder, x: NodeId) -> NodeId {
     g.add(y, x)
 }
 
-/// DeiT-Tiny (`deit_tiny_patch16_224`): patch 16, dimension 192, 12 blocks
-/// of 3 heads, MLP ratio 4, class token, learned position embedding.
+/// DeiT-Tiny (`deit_tiny_patch16_224`): dimension 192, 3 heads.
 pub fn deit_tiny() -> Graph {
-    let mut g = GraphBuilder::new("deit_tiny", Dataset::Imagenet);
+    vit("deit_tiny", 192, 3)
+}
+
+/// ViT-S/16 (`vit_small_patch16_224`): dimension 384, 6 heads.
+pub fn vit_s16() -> Graph {
+    vit("vit_s16", 384, 6)
+}
+
+/// A ViT at 224x224: patch 16, 12 blocks, MLP ratio 4, class token,
+/// learned position embedding, classification of the class token.
+fn vit(name: &str, dim: usize, heads: usize) -> Graph {
+    let mut g = GraphBuilder::new(name, Dataset::Imagenet);
     let x = g.input();
-    let mut x = g.scoped("patch_embed", |g| g.conv(x, 192, 16, 16, 0, 1, true));
+    let mut x = g.scoped("patch_embed", |g| g.conv(x, dim, 16, 16, 0, 1, true));
     x = g.class_token(x);
     x = g.position_embedding(x);
     for block in 0..12 {
         x = g.scoped(&format!("blocks.{block}"), |g| {
-            encoder_block(g, x, 3, None, VIT_EPS)
+            encoder_block(g, x, heads, None, VIT_EPS)
         });
     }
     let x = g.layer_norm(x, VIT_EPS);
