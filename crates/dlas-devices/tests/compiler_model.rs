@@ -38,7 +38,7 @@ fn the_vendor_compiler_never_loses_to_eager() {
 }
 
 #[test]
-fn more_bandwidth_clock_or_cores_never_slow_down() {
+fn more_bandwidth_clock_or_less_dispatch_never_slow_down() {
     for spec in specs() {
         let faster = [
             DeviceSpec {

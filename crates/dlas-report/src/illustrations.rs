@@ -134,7 +134,7 @@ pub fn stack(inputs: &Inputs) -> FigureData {
 }
 
 /// The study file's path relative to the project, as the footers name it.
-fn study_path(inputs: &Inputs) -> String {
+pub(crate) fn study_path(inputs: &Inputs) -> String {
     let path = inputs.study.path.to_string_lossy().replace('\\', "/");
     match path.find("data/studies/") {
         Some(at) => path[at..].to_string(),

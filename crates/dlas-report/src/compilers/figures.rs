@@ -97,7 +97,7 @@ pub fn devices_and_compilers(inputs: &Inputs) -> Table {
             "Source: public specifications in data/devices/*.toml (each file cites them) and the study file {}. \
              eager and vendor are the graph-compiler model of the mocked devices (crates/dlas-devices/src/compiler.rs, docs/devices.md); \
              the host's runtimes are measured. No results enter this table.",
-            inputs.study.path.display()
+            crate::illustrations::study_path(inputs)
         ),
     }
 }

@@ -184,7 +184,7 @@ pub fn flow(inputs: &Inputs) -> FigureData {
         body: Body::Stack(layers),
         footer: format!(
             "Source: the study file {}, its plan, the device specifications in data/devices/ and the results files named in the Results band.",
-            study.path.display()
+            crate::illustrations::study_path(inputs)
         ),
     }
 }
@@ -253,7 +253,7 @@ pub fn refinement(inputs: &Inputs) -> FigureData {
         body: Body::Stack(layers),
         footer: format!(
             "The loop runs from the last band back to the first. Source: the study file {} and the zoo's graph IR; no results enter this figure.",
-            study.path.display()
+            crate::illustrations::study_path(inputs)
         ),
     }
 }
