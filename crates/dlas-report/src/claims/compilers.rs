@@ -5,7 +5,7 @@
 
 use super::cells::{Tally, num};
 use super::{Checked, Context, Observation, Outcome, Part, TOLERANCE, Verdict, Wording};
-use crate::compilers::{Architecture, Curves, block_of, reversals};
+use crate::compilers::{Architecture, Curves, Net, block_of, reversals};
 use std::fmt::Write;
 
 /// The batch size at which rankings and block-level gains are compared.
@@ -55,11 +55,11 @@ pub fn check_all(context: &Context) -> Vec<(Observation, Outcome)> {
         .collect()
 }
 
-fn architecture(context: &Context, model: &str) -> Option<Architecture> {
+fn architecture(context: &Context, net: &Net) -> Option<Architecture> {
     context
         .networks
         .iter()
-        .find(|n| n.model == model)
+        .find(|n| n.dataset == net.0 && n.model == net.1)
         .map(|n| n.architecture)
 }
 
@@ -75,11 +75,12 @@ fn devices(context: &Context) -> Vec<String> {
 }
 
 /// The whole networks (not block-repeat models) with rows, in row order.
-fn networks(context: &Context) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
+fn networks(context: &Context) -> Vec<Net> {
+    let mut out: Vec<Net> = Vec::new();
     for r in context.rows {
-        if block_of(&r.model).is_none() && !out.contains(&r.model) {
-            out.push(r.model.clone());
+        let net = (r.dataset, r.model.clone());
+        if block_of(&r.model).is_none() && !out.contains(&net) {
+            out.push(net);
         }
     }
     out
@@ -88,7 +89,7 @@ fn networks(context: &Context) -> Vec<String> {
 fn reversal(context: &Context) -> Outcome {
     let curves = Curves::new(context.rows);
     let models = networks(context);
-    let transformer = |m: &str| architecture(context, m).map(|a| a == Architecture::Transformer);
+    let transformer = |m: &Net| architecture(context, m).map(|a| a == Architecture::Transformer);
     let mut comparable = false;
     let mut entered = Vec::new();
     let mut found = Vec::new();
@@ -102,9 +103,9 @@ fn reversal(context: &Context) -> Outcome {
                 curves
                     .curves
                     .keys()
-                    .any(|(d, model, _)| d == &device && model == *m)
+                    .any(|(d, net, _)| d == &device && net == *m)
             })
-            .filter_map(|m| transformer(m))
+            .filter_map(&transformer)
             .collect();
         if kinds.contains(&true) && kinds.contains(&false) {
             comparable = true;
@@ -224,7 +225,7 @@ fn deeper_gains_more(context: &Context) -> Outcome {
     let mut kinds: Vec<String> = Vec::new();
     for r in context.rows {
         if let Some((kind, _)) = block_of(&r.model)
-            && architecture(context, &r.model) == Some(Architecture::Cnn)
+            && architecture(context, &(r.dataset, r.model.clone())) == Some(Architecture::Cnn)
             && !kinds.iter().any(|k| k == kind)
         {
             kinds.push(kind.to_string());
@@ -240,11 +241,12 @@ fn deeper_gains_more(context: &Context) -> Outcome {
                     .curves
                     .keys()
                     .filter(|(d, _, c)| d == &device && c == compiled)
-                    .filter_map(|(_, model, _)| {
-                        let (k, depth) = block_of(model)?;
-                        (k == kind).then_some(())?;
-                        let gain = curves.at(&device, model, compiled, BATCH)?
-                            / curves.at(&device, model, baseline, BATCH)?;
+                    .filter_map(|(_, net, _)| {
+                        let (k, depth) = block_of(&net.1)?;
+                        (k == kind && architecture(context, net) == Some(Architecture::Cnn))
+                            .then_some(())?;
+                        let gain = curves.at(&device, net, compiled, BATCH)?
+                            / curves.at(&device, net, baseline, BATCH)?;
                         Some((depth, gain))
                     })
                     .collect();

@@ -1,7 +1,7 @@
 //! The compiler study's measured figures (1, 5, 6, 7) and tables (1, 2):
 //! throughput of compiled against uncompiled graphs, from results rows.
 
-use super::{Curves, PAIRS, block_of, devices_with_rows, reversals, whole_networks};
+use super::{Curves, Net, PAIRS, block_of, devices_with_rows, reversals, whole_networks};
 use crate::catalogue::{Inputs, footer};
 use crate::claims::cells::num;
 use crate::figure::{Body, FigureData, LinePanel, LineSeries, Panel, Series};
@@ -172,10 +172,7 @@ pub fn metrics_table(inputs: &Inputs) -> Table {
 /// device; the footer names every pair whose ranking flips.
 pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
     let curves = Curves::new(inputs.results);
-    let models: Vec<String> = whole_networks(inputs.study)
-        .into_iter()
-        .map(|(_, m)| m)
-        .collect();
+    let models = whole_networks(inputs.study);
     let devices = devices_with_rows(inputs);
     let mut panels = Vec::new();
     let mut flips = Vec::new();
@@ -191,7 +188,7 @@ pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
             series: models
                 .iter()
                 .map(|model| Series {
-                    name: model.clone(),
+                    name: model.1.clone(),
                     values: groups
                         .iter()
                         .map(|config| curves.at(device, model, config, BATCH))
@@ -209,7 +206,7 @@ pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
             .map(|r| {
                 format!(
                     "{}: {} over {} becomes {} over {} ({} -> {})",
-                    r.device, r.first, r.second, r.second, r.first, r.baseline, r.compiled
+                    r.device, r.first.1, r.second.1, r.second.1, r.first.1, r.baseline, r.compiled
                 )
             })
             .collect::<Vec<_>>()
@@ -233,10 +230,7 @@ pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
 /// both); each series' saturation batch is ringed.
 pub fn throughput_vs_batch(inputs: &Inputs) -> FigureData {
     let curves = Curves::new(inputs.results);
-    let models: Vec<String> = whole_networks(inputs.study)
-        .into_iter()
-        .map(|(_, m)| m)
-        .collect();
+    let models = whole_networks(inputs.study);
     let devices = devices_with_rows(inputs);
     let log2 = |b: usize| (b as f64).log2();
     let largest = inputs
@@ -258,7 +252,7 @@ pub fn throughput_vs_batch(inputs: &Inputs) -> FigureData {
                 .filter_map(|model| {
                     let curve = curves.get(device, model, config)?;
                     Some(LineSeries {
-                        name: model.clone(),
+                        name: model.1.clone(),
                         points: curve.points.iter().map(|(&b, &t)| [log2(b), t]).collect(),
                         marked: curve
                             .saturation_batch()
@@ -294,13 +288,13 @@ pub fn throughput_vs_batch(inputs: &Inputs) -> FigureData {
 /// block-repeat models against their depth, per block type and device.
 pub fn block_gain_vs_depth(inputs: &Inputs) -> FigureData {
     let curves = Curves::new(inputs.results);
-    let blocks: Vec<(String, String, usize)> = inputs
+    let blocks: Vec<(Net, String, usize)> = inputs
         .study
         .models()
         .into_iter()
-        .filter_map(|(_, m)| {
+        .filter_map(|(dataset, m)| {
             let (kind, depth) = block_of(&m)?;
-            Some((m.clone(), kind.to_string(), depth))
+            Some(((dataset, m.clone()), kind.to_string(), depth))
         })
         .collect();
     let kinds: Vec<&str> = blocks.iter().fold(Vec::new(), |mut v, (_, k, _)| {

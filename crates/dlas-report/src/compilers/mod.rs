@@ -17,7 +17,7 @@ use crate::figure::FigureData;
 use crate::metrics::Curve;
 use crate::table::Table;
 use anyhow::{Result, bail};
-use dlas_core::{Dataset, ResultRow, Study};
+use dlas_core::{Compression, Dataset, ResultRow, Study};
 use dlas_zoo::Graph;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -100,35 +100,46 @@ pub fn block_of(model: &str) -> Option<(&str, usize)> {
     Some((kind, depth.parse().ok()?))
 }
 
-/// Throughput curves of every (device, model, configuration) in the rows
-/// with timing, dense networks only.
+/// A network of a study: its dataset and model.
+pub type Net = (Dataset, String);
+
+/// Throughput curves of every (device, network, configuration) in the rows
+/// with timing. Only dense networks enter (the compiler study's); where a
+/// configuration was measured with several algorithms or formats (the
+/// native engine), its best throughput at each batch size counts.
 pub struct Curves {
-    pub curves: BTreeMap<(String, String, String), Curve>,
+    pub curves: BTreeMap<(String, Net, String), Curve>,
 }
 
 impl Curves {
     pub fn new(rows: &[ResultRow]) -> Curves {
-        let mut curves: BTreeMap<(String, String, String), Curve> = BTreeMap::new();
+        let mut curves: BTreeMap<(String, Net, String), Curve> = BTreeMap::new();
         for r in rows {
             let Some(ms) = r.median_ms.filter(|_| r.status.has_timing()) else {
                 continue;
             };
-            curves
-                .entry((r.device.clone(), r.model.clone(), config(r)))
-                .or_default()
-                .add(r.batch, ms);
+            if r.compression != Compression::Dense || r.batch == 0 || !ms.is_finite() || ms <= 0.0 {
+                continue;
+            }
+            let curve = curves
+                .entry((r.device.clone(), (r.dataset, r.model.clone()), config(r)))
+                .or_default();
+            let throughput = r.batch as f64 * 1e3 / ms;
+            if curve.at(r.batch).is_none_or(|t| t < throughput) {
+                curve.points.insert(r.batch, throughput);
+            }
         }
         Curves { curves }
     }
 
-    pub fn get(&self, device: &str, model: &str, config: &str) -> Option<&Curve> {
+    pub fn get(&self, device: &str, net: &Net, config: &str) -> Option<&Curve> {
         self.curves
-            .get(&(device.to_string(), model.to_string(), config.to_string()))
+            .get(&(device.to_string(), net.clone(), config.to_string()))
     }
 
     /// Throughput at `batch`.
-    pub fn at(&self, device: &str, model: &str, config: &str, batch: usize) -> Option<f64> {
-        self.get(device, model, config)?.at(batch)
+    pub fn at(&self, device: &str, net: &Net, config: &str, batch: usize) -> Option<f64> {
+        self.get(device, net, config)?.at(batch)
     }
 
     /// The pairs of [`PAIRS`] with both configurations measured on `device`.
@@ -150,8 +161,8 @@ pub struct Reversal {
     pub baseline: &'static str,
     pub compiled: &'static str,
     /// Faster uncompiled, slower compiled.
-    pub first: String,
-    pub second: String,
+    pub first: Net,
+    pub second: Net,
     /// Throughputs: first and second, uncompiled then compiled.
     pub throughputs: [f64; 4],
 }
@@ -161,7 +172,7 @@ impl Reversal {
         let [b1, b2, c1, c2] = self.throughputs.map(crate::claims::cells::num);
         format!(
             "on {} {} beats {} uncompiled ({b1} vs {b2} samples/s with {}) and loses compiled ({c1} vs {c2} with {})",
-            self.device, self.first, self.second, self.baseline, self.compiled
+            self.device, self.first.1, self.second.1, self.baseline, self.compiled
         )
     }
 }
@@ -171,12 +182,12 @@ impl Reversal {
 /// run-to-run tolerance: the first network's lead uncompiled times the
 /// second's lead compiled exceeds [`crate::claims::TOLERANCE`], so two
 /// networks within noise of each other do not count as a reversal.
-pub fn reversals(curves: &Curves, device: &str, models: &[String], batch: usize) -> Vec<Reversal> {
+pub fn reversals(curves: &Curves, device: &str, models: &[Net], batch: usize) -> Vec<Reversal> {
     let mut out = Vec::new();
     for (baseline, compiled) in curves.pairs_on(device) {
         for (i, a) in models.iter().enumerate() {
             for b in &models[i + 1..] {
-                let t = |m: &str, c: &str| curves.at(device, m, c, batch);
+                let t = |m: &Net, c: &str| curves.at(device, m, c, batch);
                 let (Some(ab), Some(bb), Some(ac), Some(bc)) = (
                     t(a, baseline),
                     t(b, baseline),
@@ -213,7 +224,7 @@ pub fn reversals(curves: &Curves, device: &str, models: &[String], batch: usize)
 }
 
 /// The study's networks that are not block-repeat models, in study order.
-pub fn whole_networks(study: &Study) -> Vec<(Dataset, String)> {
+pub fn whole_networks(study: &Study) -> Vec<Net> {
     study
         .models()
         .into_iter()
@@ -367,6 +378,65 @@ mod tests {
         assert_eq!(block_of("blocks-mbv2-1"), Some(("mbv2", 1)));
         assert_eq!(block_of("resnet50"), None);
         assert_eq!(block_of("blocks-resnet-x"), None);
+    }
+
+    #[test]
+    fn curves_keep_dense_rows_per_dataset_and_the_best_algorithm() {
+        use crate::claims::fixtures::row;
+        use dlas_core::Algorithm;
+        let net = |d| (d, "mobilenetv2".to_string());
+        let rows = [
+            row(
+                "i7",
+                Dataset::Imagenet,
+                "mobilenetv2",
+                Compression::Dense,
+                Algorithm::Gemm,
+                false,
+                10.0,
+            ),
+            row(
+                "i7",
+                Dataset::Imagenet,
+                "mobilenetv2",
+                Compression::Dense,
+                Algorithm::Direct,
+                false,
+                5.0,
+            ),
+            row(
+                "i7",
+                Dataset::Imagenet,
+                "mobilenetv2",
+                Compression::Int8,
+                Algorithm::Direct,
+                false,
+                1.0,
+            ),
+            row(
+                "i7",
+                Dataset::Cifar10,
+                "mobilenetv2",
+                Compression::Dense,
+                Algorithm::Gemm,
+                false,
+                2.0,
+            ),
+        ];
+        let curves = Curves::new(&rows);
+        // 5 ms per sample at batch 1 is 200 samples/s; int8 does not enter.
+        assert_eq!(
+            curves.at("i7", &net(Dataset::Imagenet), "native untuned", 1),
+            Some(200.0)
+        );
+        assert_eq!(
+            curves.at("i7", &net(Dataset::Cifar10), "native untuned", 1),
+            Some(500.0)
+        );
+        assert_eq!(
+            curves.at("i7", &net(Dataset::Imagenet), "native tuned", 1),
+            None
+        );
     }
 
     #[test]
