@@ -195,6 +195,17 @@ fn test(root: &Path) -> Result<()> {
         .env("CI", "true"))?;
     step("reproduce --all --check");
     dlas(root, "reproduce", &["--all".into(), "--check".into()])?;
+    step("reproduce --study compilers --all --check");
+    dlas(
+        root,
+        "reproduce",
+        &[
+            "--study".into(),
+            "compilers".into(),
+            "--all".into(),
+            "--check".into(),
+        ],
+    )?;
     step("bench harness (timing-loop overhead under 5 µs)");
     dlas(root, "bench", &["harness".into()])?;
     step("verify");

@@ -5,10 +5,12 @@ use dlas_core::Study;
 use dlas_devices::DeviceSpec;
 use std::path::{Path, PathBuf};
 
-/// Compilers this build can plan for: the native engine and the runtimes.
+/// Compilers this build can plan for: the native engine, the runtimes and
+/// the graph compilers of the mocked devices (`eager`, `vendor`).
 pub fn compilers() -> Vec<String> {
     std::iter::once("native")
         .chain(dlas_backends::COMPILERS.iter().copied())
+        .chain(dlas_devices::GraphCompiler::IDS)
         .map(String::from)
         .collect()
 }

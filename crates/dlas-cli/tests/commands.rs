@@ -86,6 +86,14 @@ fn zoo_list_and_export() {
         out.contains("resnet18,cifar10,11173962,555422720,21\n"),
         "{out}"
     );
+    // The compiler study's models are listed too, block models at every depth.
+    assert!(out.contains("\nswin_t,imagenet,28288354,"), "{out}");
+    for depth in [1, 2, 4, 8, 16] {
+        assert!(
+            out.contains(&format!("\nblocks-transformer-{depth},imagenet,")),
+            "{out}"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("m.onnx");
     let printed = ok(&[

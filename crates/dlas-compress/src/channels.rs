@@ -129,6 +129,18 @@ impl Ties {
                         }
                     }
                 }
+                Op::LayerNorm { .. }
+                | Op::Gelu
+                | Op::Attention(_)
+                | Op::ClassToken
+                | Op::PositionEmbedding
+                | Op::FirstToken
+                | Op::SpaceToDepth
+                | Op::LayerScale => anyhow::bail!(
+                    "channel pruning cannot handle node {} ({}): only the convolutional networks' operators keep channels separable",
+                    node.name,
+                    node.op.kind()
+                ),
                 Op::Flatten => {
                     let [_, h, w] = graph.nodes[node.inputs[0]].shape;
                     for f in 0..width(node) {

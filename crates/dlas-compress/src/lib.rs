@@ -73,8 +73,15 @@ pub fn check_weights(graph: &Graph, weights: &Weights) -> anyhow::Result<()> {
                 },
                 Some(Params::Linear { weight, bias }),
             ) => weight.len() == in_features * out_features && bias.len() == *out_features,
-            (Op::Conv(_) | Op::BatchNorm | Op::Linear { .. }, _) => false,
-            (_, params) => params.is_none(),
+            (Op::LayerNorm { .. }, Some(Params::LayerNorm { gamma, beta })) => {
+                gamma.len() == node.shape[0] && beta.len() == node.shape[0]
+            }
+            (
+                Op::LayerScale | Op::ClassToken | Op::PositionEmbedding | Op::Attention(_),
+                Some(Params::Tensor(values)),
+            ) => values.len() == node.params(),
+            (Op::Conv(_) | Op::BatchNorm | Op::Linear { .. } | Op::LayerNorm { .. }, _) => false,
+            (_, params) => params.is_none() && node.params() == 0,
         };
         anyhow::ensure!(
             ok,
@@ -90,13 +97,13 @@ pub fn check_weights(graph: &Graph, weights: &Weights) -> anyhow::Result<()> {
 pub fn layer_weight(params: &Params) -> Option<&[f32]> {
     match params {
         Params::Conv { weight, .. } | Params::Linear { weight, .. } => Some(weight),
-        Params::BatchNorm { .. } => None,
+        Params::BatchNorm { .. } | Params::LayerNorm { .. } | Params::Tensor(_) => None,
     }
 }
 
 fn layer_weight_mut(params: &mut Params) -> Option<&mut Vec<f32>> {
     match params {
         Params::Conv { weight, .. } | Params::Linear { weight, .. } => Some(weight),
-        Params::BatchNorm { .. } => None,
+        Params::BatchNorm { .. } | Params::LayerNorm { .. } | Params::Tensor(_) => None,
     }
 }

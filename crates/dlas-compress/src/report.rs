@@ -178,11 +178,7 @@ pub(crate) fn size(
     let value_bytes = if technique == Compression::Fp16 { 2 } else { 4 };
     for (node, params) in graph.nodes.iter().zip(&weights.by_node) {
         let Some(params) = params else { continue };
-        let all = match params {
-            Params::Conv { weight, bias } => weight.len() + bias.as_ref().map_or(0, Vec::len),
-            Params::BatchNorm { gamma, beta, .. } => gamma.len() + beta.len(),
-            Params::Linear { weight, bias } => weight.len() + bias.len(),
-        };
+        let all = params.len();
         let Some(weight) = layer_weight(params) else {
             s.params += all;
             s.bytes += value_bytes * all as u64;

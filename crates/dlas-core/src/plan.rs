@@ -115,6 +115,7 @@ impl Plan {
             .collect();
         let mut combinations = Vec::new();
         let mut total = 0;
+        let mut above_max_batch = 0;
         for (dataset, model) in study.models() {
             for compression in &study.compressions {
                 for compiler in &study.compilers {
@@ -149,6 +150,10 @@ impl Plan {
                                         batch,
                                     };
                                     total += 1;
+                                    if !study.protocol.batch_fits(device.get_ref(), batch) {
+                                        above_max_batch += 1;
+                                        continue;
+                                    }
                                     match study.rules.iter().position(|r| {
                                         r.exclude.get_ref().iter().all(|(axis, values)| {
                                             combination
@@ -165,6 +170,13 @@ impl Plan {
                     }
                 }
             }
+        }
+        if !study.protocol.max_batch.is_empty() {
+            excluded.push((
+                "max-batch".into(),
+                "batch sizes above the device's protocol.max_batch".into(),
+                above_max_batch,
+            ));
         }
         Plan {
             combinations,
@@ -243,6 +255,35 @@ mod tests {
         let plan = Plan::expand(&dlas_study());
         insta::assert_yaml_snapshot!(
             "dlas_plan_totals",
+            (
+                plan.total_before_rules,
+                plan.combinations.len(),
+                plan.excluded
+                    .iter()
+                    .map(|(n, _, c)| (n.clone(), *c))
+                    .collect::<Vec<_>>()
+            )
+        );
+    }
+
+    #[test]
+    fn compiler_study_limits_batch_sizes_per_device() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/studies/compilers.toml");
+        let study = Study::load(path.to_str().unwrap(), Path::new(".")).unwrap();
+        let plan = Plan::expand(&study);
+        assert!(
+            plan.combinations
+                .iter()
+                .all(|c| study.protocol.batch_fits(&c.device, c.batch))
+        );
+        assert!(plan.combinations.iter().any(|c| c.batch == 64));
+        assert!(
+            plan.combinations
+                .iter()
+                .all(|c| c.device != "host" || c.batch <= 8)
+        );
+        insta::assert_yaml_snapshot!(
+            "compilers_plan_totals",
             (
                 plan.total_before_rules,
                 plan.combinations.len(),

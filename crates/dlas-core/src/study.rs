@@ -29,6 +29,18 @@ pub struct Protocol {
     /// Seconds one combination may take before it is recorded as failed.
     #[serde(default = "default_timeout")]
     pub timeout_s: f64,
+    /// The largest batch size per device (device id -> batch); batch sizes
+    /// above it are not planned for that device. A device not listed runs
+    /// every batch size. Small devices and a reduced host protocol need it.
+    #[serde(default)]
+    pub max_batch: BTreeMap<String, usize>,
+}
+
+impl Protocol {
+    /// Whether `batch` is planned on `device`.
+    pub fn batch_fits(&self, device: &str, batch: usize) -> bool {
+        self.max_batch.get(device).is_none_or(|&max| batch <= max)
+    }
 }
 
 fn default_timeout() -> f64 {
@@ -215,6 +227,27 @@ impl Study {
                 "{}: protocol.batch must list batch sizes of at least 1",
                 self.path.display()
             );
+        }
+        let smallest = p.batch.iter().copied().min().unwrap_or(1);
+        for (device, &max) in &p.max_batch {
+            if !self.devices.iter().any(|d| d.get_ref() == device) {
+                bail!(
+                    "{}: protocol.max_batch names device `{device}`, which the study does not list; devices: {}",
+                    self.path.display(),
+                    self.devices
+                        .iter()
+                        .map(|d| d.get_ref().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            if max < smallest {
+                bail!(
+                    "{}: protocol.max_batch of `{device}` is {max}, below the smallest batch size {smallest}; \
+                     no batch would run on it",
+                    self.path.display()
+                );
+            }
         }
         for c in &self.compressions {
             let levels = c.level.iter().chain(c.levels.values());
@@ -448,6 +481,31 @@ algorithms = true
         let err = parse_err(&text);
         assert!(err.contains("unknown axis `colour`"), "{err}");
         assert!(err.contains("s.toml:26:"), "{err}");
+    }
+
+    #[test]
+    fn max_batch_names_study_devices_and_leaves_a_batch() {
+        let with = |table: &str| {
+            MINIMAL.replace("seed = 1\n", &format!("seed = 1\nmax_batch = {table}\n"))
+        };
+        let s = Study::parse(&with("{ i7 = 1 }"), Path::new("s.toml")).unwrap();
+        assert!(s.protocol.batch_fits("i7", 1) && !s.protocol.batch_fits("i7", 2));
+        assert!(
+            s.protocol.batch_fits("host", 64),
+            "unlisted devices run every batch"
+        );
+        let err = parse_err(&with("{ orin = 4 }"));
+        assert!(
+            err.contains("names device `orin`") && err.contains("devices: i7"),
+            "{err}"
+        );
+        let err = parse_err(&with("{ i7 = 0 }"));
+        assert!(
+            err.contains("max_batch of `i7` is 0, below the smallest batch size 1"),
+            "{err}"
+        );
+        let err = parse_err(&with("{ i7 = -1 }"));
+        assert!(err.contains("s.toml: TOML parse error"), "{err}");
     }
 
     #[test]

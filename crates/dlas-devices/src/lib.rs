@@ -7,11 +7,13 @@
 //! through the same statistics. Real devices (the host) join through the
 //! same [`Device`] trait in later work.
 
+pub mod compiler;
 pub mod mock;
 pub mod run;
 pub mod spec;
 pub mod workload;
 
+pub use compiler::GraphCompiler;
 pub use mock::MockDevice;
 pub use run::{MockProtocol, is_mocked, run_mocked};
 pub use spec::{DeviceKind, DeviceSpec, load_specs};

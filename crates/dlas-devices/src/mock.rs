@@ -20,6 +20,7 @@
 //! from the workload; no coefficient is fitted. `docs/devices.md` documents
 //! the model and its (not yet measured) error.
 
+use crate::compiler::GraphCompiler;
 use crate::spec::{DeviceKind, DeviceSpec};
 use crate::workload::{Kernel, KernelKind, Workload};
 use crate::{Device, Unsupported};
@@ -57,6 +58,11 @@ impl MockDevice {
         format!("mock-v{MODEL_VERSION}")
     }
 
+    /// The source tag of rows timed by the graph-compiler model.
+    pub fn graph_source(&self) -> String {
+        format!("mock-v{MODEL_VERSION}-gc{}", crate::compiler::VERSION)
+    }
+
     /// Predicts every kernel's time for a combination.
     pub fn predict(&self, c: &Combination, w: &Workload) -> Result<Prediction, Unsupported> {
         if c.algorithm == Algorithm::Auto {
@@ -82,7 +88,7 @@ impl MockDevice {
         let io_bytes = (k.input_elems + k.output_elems) * batch * value_bytes;
         let out_channels = match &k.kind {
             KernelKind::Conv(conv) => conv.out_channels,
-            KernelKind::Linear => k.output_elems as usize,
+            KernelKind::Linear | KernelKind::MatMul => k.output_elems as usize,
             KernelKind::Memory => return io_bytes / dram + launch,
         };
         let sparse = c.format.is_sparse();
@@ -209,7 +215,7 @@ fn dtype_rate(spec: &DeviceSpec, compression: Compression) -> f64 {
 }
 
 /// Cores kept busy when `iterations` equal chunks are shared among `cores`.
-fn balanced_cores(iterations: usize, cores: usize) -> f64 {
+pub(crate) fn balanced_cores(iterations: usize, cores: usize) -> f64 {
     if iterations == 0 {
         return 1.0;
     }
@@ -218,7 +224,7 @@ fn balanced_cores(iterations: usize, cores: usize) -> f64 {
 }
 
 /// Fraction of SIMD lanes filled when a loop of `n` is vectorised by `width`.
-fn lane_fill(n: usize, width: usize) -> f64 {
+pub(crate) fn lane_fill(n: usize, width: usize) -> f64 {
     if n == 0 {
         return 1.0;
     }
@@ -240,12 +246,47 @@ impl Device for MockDevice {
         seed: u64,
     ) -> Result<Vec<f64>, Unsupported> {
         let total_ms = self.predict(combination, workload)?.total_seconds() * 1e3;
+        Ok(self.samples(total_ms, combination, runs, seed))
+    }
+}
+
+impl MockDevice {
+    /// Seeded samples of a whole graph under a graph compiler
+    /// (`compiler.rs`): dense fp32 graphs only.
+    pub fn measure_graph(
+        &self,
+        combination: &Combination,
+        graph: &dlas_zoo::Graph,
+        compiler: GraphCompiler,
+        runs: usize,
+        seed: u64,
+    ) -> Result<Vec<f64>, Unsupported> {
+        if combination.compression != Compression::Dense {
+            return Err(Unsupported(format!(
+                "the graph-compiler model covers dense fp32 graphs; `{}` is {}",
+                combination.compiler, combination.compression
+            )));
+        }
+        let prediction = crate::compiler::predict(&self.spec, graph, compiler, combination.batch);
+        Ok(self.samples(prediction.total_seconds() * 1e3, combination, runs, seed))
+    }
+
+    /// The predicted time with log-normal run-to-run noise of the device's
+    /// documented coefficient of variation, seeded by the study seed, the
+    /// device and the combination.
+    fn samples(
+        &self,
+        total_ms: f64,
+        combination: &Combination,
+        runs: usize,
+        seed: u64,
+    ) -> Vec<f64> {
         let sigma = (1.0 + self.spec.noise_cv.powi(2)).ln().sqrt();
         let noise = LogNormal::new(0.0, sigma).expect("finite sigma");
         let mut rng = dlas_zoo::weights::stream(seed, &self.spec.id, &combination.id());
-        Ok((0..runs)
+        (0..runs)
             .map(|_| total_ms * noise.sample(&mut rng))
-            .collect())
+            .collect()
     }
 }
 

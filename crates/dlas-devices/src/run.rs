@@ -2,6 +2,7 @@
 //! whole mocked matrix takes well under a second.
 
 use crate::Device;
+use crate::compiler::GraphCompiler;
 use crate::mock::MockDevice;
 use crate::spec::DeviceSpec;
 use crate::workload::{Densities, Workload};
@@ -55,38 +56,48 @@ pub fn run_mocked(
             graphs.insert(key.clone(), (network.build)());
         }
         let graph = &graphs[&key];
-        let measured = if c.compression.is_pruning() {
+        if let Some(compiler) = GraphCompiler::from_id(&c.compiler) {
+            let measured = device.measure_graph(c, graph, compiler, protocol.runs, protocol.seed);
+            rows.push(row_of(c, protocol, measured, &device.graph_source()));
+            continue;
+        }
+        let densities = if c.compression.is_pruning() {
             Some(pruned_densities(graph, c.compression, c.level)?)
         } else {
             None
         };
-        let workload = Workload::new(graph, c, measured.as_ref());
-        let row = match device.measure(c, &workload, protocol.runs, protocol.seed) {
-            Ok(samples) => match Summary::from_samples(&samples) {
-                Some(summary) => {
-                    ResultRow::measured(c, protocol.warmup, &summary, &device.source())
-                }
-                None => ResultRow::without_timing(
-                    c,
-                    protocol.warmup,
-                    Status::Failed,
-                    "the model produced no finite samples",
-                    &device.source(),
-                ),
-            },
-            Err(unsupported) => ResultRow::without_timing(
-                c,
-                protocol.warmup,
-                Status::Skipped,
-                &unsupported.0,
-                &device.source(),
-            ),
-        };
-        // Rounded so that the file does not depend on the last bits of
-        // floating-point arithmetic on the machine that computed it.
-        rows.push(row.rounded(6));
+        let workload = Workload::new(graph, c, densities.as_ref());
+        let measured = device.measure(c, &workload, protocol.runs, protocol.seed);
+        rows.push(row_of(c, protocol, measured, &device.source()));
     }
     Ok(rows)
+}
+
+/// The results row of a mocked measurement, rounded so that the file does
+/// not depend on the last bits of floating-point arithmetic on the machine
+/// that computed it.
+fn row_of(
+    c: &Combination,
+    protocol: MockProtocol,
+    measured: Result<Vec<f64>, crate::Unsupported>,
+    source: &str,
+) -> ResultRow {
+    let row = match measured {
+        Ok(samples) => match Summary::from_samples(&samples) {
+            Some(summary) => ResultRow::measured(c, protocol.warmup, &summary, source),
+            None => ResultRow::without_timing(
+                c,
+                protocol.warmup,
+                Status::Failed,
+                "the model produced no finite samples",
+                source,
+            ),
+        },
+        Err(unsupported) => {
+            ResultRow::without_timing(c, protocol.warmup, Status::Skipped, &unsupported.0, source)
+        }
+    };
+    row.rounded(6)
 }
 
 /// Per-layer weight density of `graph` pruned by `technique` at `level`, on

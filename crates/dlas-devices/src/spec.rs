@@ -40,6 +40,11 @@ pub struct DeviceSpec {
     pub int8_rate: f64,
     /// Fixed cost of launching one kernel (GPU) or one parallel region (CPU), microseconds.
     pub launch_us: f64,
+    /// Host-side cost of an eager framework issuing one operator (interpreter,
+    /// dispatcher, allocator), microseconds: what a graph compiler removes
+    /// beside the launch itself. Used only by the graph-compiler model
+    /// (`compiler.rs`); order of magnitude, cited in `sources`.
+    pub dispatch_us: f64,
     /// L1 loads per cycle per core; bounds kernels that load an operand per FMA
     /// (sparse kernels, which cannot keep outputs in registers).
     pub loads_per_cycle: usize,
@@ -76,9 +81,9 @@ impl DeviceSpec {
                 );
             }
         }
-        if !(0.0..0.5).contains(&self.noise_cv) || self.launch_us < 0.0 {
+        if !(0.0..0.5).contains(&self.noise_cv) || self.launch_us < 0.0 || self.dispatch_us < 0.0 {
             bail!(
-                "{}: `noise_cv` must be in [0, 0.5) and `launch_us` at least 0",
+                "{}: `noise_cv` must be in [0, 0.5) and `launch_us` and `dispatch_us` at least 0",
                 path.display()
             );
         }

@@ -5,6 +5,16 @@
 //! pooling, concatenation, broadcast products and pre-activation operators
 //! are kernels of their own.
 //!
+//! Transformer operators: attention is two batched products of
+//! activations ([`KernelKind::MatMul`]: queries by keys, weights by values)
+//! around a softmax (a memory-bound kernel into which the scale, the
+//! relative-position bias and the shift mask are fused); the window
+//! partition, rolls and head split are addressing of those kernels, not
+//! kernels. Layer norm (a reduction over channels, so no convolution's
+//! epilogue), the class token, the first-token slice and patch merging are
+//! memory-bound kernels; GELU, layer scale and position embedding are
+//! element-wise, so they fuse like the activations.
+//!
 //! Compression enters as the fraction of weights each layer keeps, measured
 //! by the compression stage on the pruned weights (a global threshold prunes
 //! layers differently). Without such a measurement, pruning at level p is
@@ -18,7 +28,11 @@ use std::collections::BTreeMap;
 pub enum KernelKind {
     Conv(Conv),
     Linear,
-    /// Memory-bound operators: pooling, concatenation, element-wise.
+    /// A product of two activations (attention's scores and context): MACs
+    /// but no weights, so weight sparsity does not apply.
+    MatMul,
+    /// Memory-bound operators: pooling, concatenation, element-wise,
+    /// normalisation, softmax.
     Memory,
 }
 
@@ -103,17 +117,66 @@ impl Workload {
                     });
                     fused_into[id] = Some(kernels.len() - 1);
                 }
-                Op::BatchNorm | Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid | Op::Add => {
-                    let producer = node.inputs[0];
-                    match fused_into[producer] {
-                        Some(k) if consumers[producer] == 1 => fused_into[id] = Some(k),
-                        _ => {
+                Op::BatchNorm
+                | Op::Relu
+                | Op::Relu6
+                | Op::Silu
+                | Op::Sigmoid
+                | Op::Gelu
+                | Op::LayerScale
+                | Op::PositionEmbedding
+                | Op::Add => {
+                    // An epilogue of the layer that produced either operand
+                    // (a residual Add may name the layer second), if that
+                    // layer's output has no other reader.
+                    let fusable = node
+                        .inputs
+                        .iter()
+                        .find_map(|&i| fused_into[i].filter(|_| consumers[i] == 1));
+                    match fusable {
+                        Some(k) => fused_into[id] = Some(k),
+                        None => {
                             kernels.push(memory_kernel(&node.name, input_elems, elems(node.shape)))
                         }
                     }
                 }
-                Op::Mul | Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool | Op::Concat => {
+                Op::Mul
+                | Op::MaxPool(_)
+                | Op::AvgPool(_)
+                | Op::GlobalAvgPool
+                | Op::Concat
+                | Op::FirstToken
+                | Op::SpaceToDepth => {
                     kernels.push(memory_kernel(&node.name, input_elems, elems(node.shape)));
+                }
+                // These also read their learned tensors.
+                Op::LayerNorm { .. } | Op::ClassToken => {
+                    let reads = input_elems + node.params() as f64;
+                    kernels.push(memory_kernel(&node.name, reads, elems(node.shape)));
+                }
+                Op::Attention(a) => {
+                    let [d, h, w] = node.shape;
+                    let (wh, ww) = a.window_hw(h, w);
+                    let tokens = wh * ww;
+                    let scores = (a.heads * (h / wh) * (w / ww) * tokens * tokens) as f64;
+                    let tokens_elems = (d * h * w) as f64;
+                    let product = |name: &str, input_elems: f64, output_elems: f64| Kernel {
+                        name: format!("{}.{name}", node.name),
+                        kind: KernelKind::MatMul,
+                        out_hw: [1, 1],
+                        macs: node.macs() as f64 / 2.0,
+                        density: 1.0,
+                        input_elems,
+                        output_elems,
+                        weight_elems: 0.0,
+                    };
+                    kernels.push(product("scores", 2.0 * tokens_elems, scores));
+                    kernels.push(memory_kernel(
+                        &format!("{}.softmax", node.name),
+                        scores + node.params() as f64,
+                        scores,
+                    ));
+                    kernels.push(product("context", scores + tokens_elems, tokens_elems));
                 }
             }
         }
@@ -187,6 +250,39 @@ mod tests {
         assert_eq!((convs, memory, w.kernels.len()), (20, 1, 22));
         let macs: f64 = w.kernels.iter().map(|k| k.macs).sum();
         assert_eq!(macs as u64, graph.macs());
+    }
+
+    /// Attention is two products around a softmax; every MAC of the graph is
+    /// in some kernel; GELU, layer scale and the residual Adds are epilogues
+    /// of the 1x1 convolutions, layer norms kernels of their own.
+    #[test]
+    fn transformers_become_products_softmaxes_and_norms() {
+        for (name, attentions, norms) in [
+            ("swin_t", 12, 1 + 3 + 2 * 12 + 1),
+            ("deit_tiny", 12, 2 * 12 + 1),
+        ] {
+            let graph = (dlas_zoo::find(Dataset::Imagenet, name).unwrap().build)();
+            let w = Workload::new(&graph, &combination(Compression::Dense, 0.0), None);
+            let count = |f: &dyn Fn(&Kernel) -> bool| w.kernels.iter().filter(|k| f(k)).count();
+            assert_eq!(
+                count(&|k| k.kind == KernelKind::MatMul),
+                2 * attentions,
+                "{name}"
+            );
+            assert_eq!(
+                count(&|k| k.name.ends_with(".softmax")),
+                attentions,
+                "{name}"
+            );
+            assert_eq!(count(&|k| k.name.contains("layernorm")), norms, "{name}");
+            assert_eq!(
+                count(&|k| k.name.contains("gelu") || k.name.contains("add")),
+                0,
+                "{name}"
+            );
+            let macs: f64 = w.kernels.iter().map(|k| k.macs).sum();
+            assert_eq!(macs as u64, graph.macs(), "{name}");
+        }
     }
 
     #[test]

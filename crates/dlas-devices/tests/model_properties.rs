@@ -9,10 +9,10 @@ fn specs() -> Vec<DeviceSpec> {
     load_specs(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/devices")).unwrap()
 }
 
-/// Every (network, compression, algorithm, format) the study uses, untuned.
+/// Every (network of the zoo, compression, algorithm, format), untuned.
 fn combinations(device: &str) -> Vec<Combination> {
     let mut out = Vec::new();
-    for net in dlas_zoo::catalogue() {
+    for net in dlas_zoo::all() {
         for compression in Compression::ALL {
             for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
                 let format = if compression.is_pruning() {

@@ -457,6 +457,18 @@ impl Engine {
                     },
                 ),
                 Op::Input => anyhow::bail!("node {} is a second input", node.name),
+                Op::LayerNorm { .. }
+                | Op::Gelu
+                | Op::Attention(_)
+                | Op::ClassToken
+                | Op::PositionEmbedding
+                | Op::FirstToken
+                | Op::SpaceToDepth
+                | Op::LayerScale => anyhow::bail!(
+                    "unsupported operator {} (node {}): the native engine runs convolutional networks only",
+                    node.op.kind(),
+                    node.name
+                ),
             };
             steps.push((end, step));
         }

@@ -300,3 +300,24 @@ fn unsupported_configurations_are_explained() {
     };
     assert!(err(i8_without_quant).contains("quantisation"));
 }
+
+/// The engine runs convolutional networks only: a transformer is refused
+/// at compile time with the operator it lacks, not a panic.
+#[test]
+fn transformers_are_refused_naming_the_operator() {
+    for (name, op) in [
+        ("convnext_t", "LayerNorm"),
+        ("deit_tiny", "ClassToken"),
+        ("swin_t", "LayerNorm"),
+    ] {
+        let graph = (dlas_zoo::find(Dataset::Imagenet, name).unwrap().build)();
+        let err = Engine::compile(&graph, &generate(&graph, 1), &EngineConfig::default())
+            .err()
+            .unwrap_or_else(|| panic!("{name} compiled"))
+            .to_string();
+        assert!(
+            err.starts_with(&format!("unsupported operator {op} (node ")),
+            "{name}: {err}"
+        );
+    }
+}

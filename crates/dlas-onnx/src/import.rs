@@ -225,7 +225,7 @@ mod tests {
         // The two largest networks add nothing here but seconds.
         for net in dlas_zoo::catalogue()
             .iter()
-            .filter(|n| n.published_params < 15_000_000)
+            .filter(|n| n.published_params.is_some_and(|p| p < 15_000_000))
         {
             let graph = (net.build)();
             let weights = dlas_zoo::weights::generate(&graph, 5);
@@ -258,6 +258,10 @@ mod tests {
                         Params::Linear { weight, bias } => {
                             weight.iter().chain(bias).copied().collect()
                         }
+                        Params::LayerNorm { gamma, beta } => {
+                            gamma.iter().chain(beta).copied().collect()
+                        }
+                        Params::Tensor(values) => values.clone(),
                     })
                     .collect()
             };

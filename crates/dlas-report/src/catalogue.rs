@@ -87,9 +87,11 @@ pub fn networks_of(study: &Study) -> Vec<Network> {
         .into_iter()
         .filter_map(|(dataset, model)| {
             let net = dlas_zoo::find(dataset, &model).ok()?;
+            let graph = (net.build)();
             Some(Network {
                 dataset,
-                params: (net.build)().params(),
+                params: graph.params(),
+                architecture: crate::compilers::Architecture::of(&graph),
                 model,
             })
         })
@@ -140,17 +142,23 @@ pub const CLAIMS: &str = "paper-tables/claims.md";
 /// The page a reviewer opens.
 pub const PAGE: &str = "figures/index.html";
 
-/// Whether a selection draws the compression facts (the sweeps, the layer
-/// of Figure 2), which take seconds to compute.
-pub fn needs_compression(selection: Selection) -> bool {
-    matches!(
-        selection,
-        Selection::All | Selection::Figure(2 | 3 | 7) | Selection::Table(2 | 5 | 8)
-    )
+/// Whether a selection of `study` draws the compression facts (the sweeps,
+/// the layer of Figure 2), which take seconds to compute; the compiler
+/// study draws none.
+pub fn needs_compression(study: &Study, selection: Selection) -> bool {
+    !crate::compilers::is_compiler_study(study)
+        && matches!(
+            selection,
+            Selection::All | Selection::Figure(2 | 3 | 7) | Selection::Table(2 | 5 | 8)
+        )
 }
 
-/// Builds the selected artifacts; everything adds the report page.
+/// Builds the selected artifacts; everything adds the report page. The
+/// compiler study has its own catalogue (`compilers`).
 pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
+    if crate::compilers::is_compiler_study(inputs.study) {
+        return crate::compilers::build(inputs, selection);
+    }
     let (tables, figures): (Vec<usize>, Vec<usize>) = match selection {
         Selection::All => (TABLES.to_vec(), FIGURES.to_vec()),
         Selection::Table(n) if TABLES.contains(&n) => (vec![n], vec![]),
@@ -214,6 +222,10 @@ pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
             tables: &built_tables,
             figures: &built_figures,
             claims: checked,
+            observations: &claims::observations(),
+            claims_file: CLAIMS,
+            command: "cargo xtask reproduce --all",
+            claims_command: "dlas claims FILE...",
         };
         out.push(Artifact {
             path: PAGE.into(),
@@ -393,7 +405,8 @@ fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
         let mut row = vec![
             model.clone(),
             graph.params().to_string(),
-            net.published_params.to_string(),
+            net.published_params
+                .map_or_else(|| "-".to_string(), |p| p.to_string()),
             format!("{:.2}", graph.macs() as f64 / 1e6),
             graph.weighted_layers().count().to_string(),
             top1(&model, Compression::Dense, None),
@@ -548,7 +561,7 @@ fn native_footer(inputs: &Inputs) -> String {
 }
 
 /// "Source: …" line naming the devices and result files behind a figure.
-fn footer(inputs: &Inputs, devices: &[String]) -> String {
+pub(crate) fn footer(inputs: &Inputs, devices: &[String]) -> String {
     let sources: BTreeSet<&str> = inputs
         .results
         .iter()

@@ -134,7 +134,7 @@ pub fn stack(inputs: &Inputs) -> FigureData {
 }
 
 /// The study file's path relative to the project, as the footers name it.
-fn study_path(inputs: &Inputs) -> String {
+pub(crate) fn study_path(inputs: &Inputs) -> String {
     let path = inputs.study.path.to_string_lossy().replace('\\', "/");
     match path.find("data/studies/") {
         Some(at) => path[at..].to_string(),
@@ -272,6 +272,7 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
             panels.push(LinePanel {
                 title: format!("{technique}: {name}"),
                 x_label: "pruning level (fraction pruned; 0: dense)".into(),
+                x_range: None,
                 y_label: y_label.into(),
                 log_y,
                 series,
@@ -308,6 +309,7 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
         panels.push(LinePanel {
             title: format!("{technique}: recorded top-1 accuracy"),
             x_label: "pruning level (fraction pruned; 0: dense)".into(),
+            x_range: None,
             y_label: "top-1 (%)".into(),
             log_y: false,
             series,

@@ -13,6 +13,7 @@ pub mod analysis;
 pub mod catalogue;
 pub mod claims;
 pub mod compare;
+pub mod compilers;
 pub mod compression;
 pub mod figure;
 pub mod illustrations;

@@ -77,12 +77,14 @@ pub fn bsr(compiled: &Curve, baseline: &Curve) -> Option<f64> {
 }
 
 /// The uncompiled configuration a compiled one is compared with: the same
-/// runtime with its graph optimizations off, or the native engine untuned.
+/// runtime with its graph optimizations off, the native engine untuned, or
+/// (mocked devices) the eager framework for the vendor compiler.
 pub fn baseline_of(compiler: &str, tuned: bool) -> Option<(&'static str, bool)> {
     match (compiler, tuned) {
         ("ort-opt", _) => Some(("ort-noopt", false)),
         ("tract-opt", _) => Some(("tract-plain", false)),
         ("native", true) => Some(("native", false)),
+        ("vendor", _) => Some(("eager", false)),
         _ => None,
     }
 }
@@ -220,6 +222,8 @@ mod tests {
         );
         assert_eq!(baseline_of("native", true), Some(("native", false)));
         assert_eq!(baseline_of("native", false), None);
+        assert_eq!(baseline_of("vendor", false), Some(("eager", false)));
+        assert_eq!(baseline_of("eager", false), None);
         assert_eq!(baseline_of("ort-noopt", false), None);
     }
 }

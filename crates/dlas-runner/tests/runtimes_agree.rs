@@ -41,3 +41,55 @@ fn cifar10_networks_agree_across_runtimes_and_the_native_engine() {
         );
     }
 }
+
+/// The compiler study's modern networks and the block models of the new
+/// block kinds: ONNX Runtime optimized and both tract levels agree with
+/// ONNX Runtime unoptimized (tract-opt itself agrees with the zoo's f64
+/// reference in dlas-onnx's `transformers` tests, so every runtime is tied
+/// to it). The files are exported here, as no study pins them yet.
+#[test]
+fn transformer_networks_agree_across_runtimes() {
+    use dlas_backends::{SessionConfig, ort_runtime, relative_l2};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let library = ort_runtime::library_path(&root);
+    if !library.is_file() && std::env::var_os("CI").is_none() {
+        eprintln!(
+            "skipped: {} missing (run `cargo xtask setup`)",
+            library.display()
+        );
+        return;
+    }
+    ort_runtime::init(&library).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = SessionConfig {
+        input_shape: [1, 3, 224, 224],
+        threads: 2,
+        half_io: false,
+    };
+    for name in [
+        "convnext_t",
+        "deit_tiny",
+        "vit_s16",
+        "swin_t",
+        "blocks-convnext-2",
+        "blocks-transformer-2",
+    ] {
+        let graph = (dlas_zoo::find(Dataset::Imagenet, name).unwrap().build)();
+        let weights = dlas_zoo::weights::generate(&graph, dlas_zoo::weights::MODEL_SEED);
+        let path = dir.path().join(format!("{name}.onnx"));
+        std::fs::write(&path, dlas_onnx::export(&graph, &weights)).unwrap();
+        let input = dlas_zoo::weights::input(&graph, 7, 1);
+        let reference = dlas_backends::load("ort-noopt", &path, &config)
+            .unwrap()
+            .run(&input)
+            .unwrap();
+        for compiler in ["ort-opt", "tract-plain", "tract-opt"] {
+            let output = dlas_backends::load(compiler, &path, &config)
+                .unwrap()
+                .run(&input)
+                .unwrap();
+            let e = relative_l2(&output, &reference);
+            assert!(e < TOLERANCE, "{name} {compiler}: relative L2 {e}");
+        }
+    }
+}

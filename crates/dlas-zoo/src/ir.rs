@@ -3,6 +3,16 @@
 //! Shapes are per sample (channels, height, width); the batch dimension is
 //! added by exporters and runtimes. A flattened tensor of `f` features has
 //! shape `[f, 1, 1]`.
+//!
+//! Transformers use the same layout: a sequence of tokens of dimension `d`
+//! is `[d, h, w]`, one token per position, channels being the embedding.
+//! Tokens on a grid (Swin, a ViT before its class token) keep the grid, so
+//! windows are spatial blocks; a sequence with a class token has no grid and
+//! is `[d, tokens, 1]`. Keeping channels first means a linear layer applied
+//! to every token is a 1x1 convolution with bias (same parameters and MACs
+//! as PyTorch's `nn.Linear` on the token axis), so the zoo needs no separate
+//! per-token linear operator, and a ConvNeXt block's "channels last" linear
+//! layers are the same 1x1 convolutions.
 
 use dlas_core::Dataset;
 
@@ -75,10 +85,71 @@ pub enum Op {
         in_features: usize,
         out_features: usize,
     },
+    /// Normalisation over the channels of each position (each token), with
+    /// a learned per-channel scale and shift: PyTorch's `nn.LayerNorm` on
+    /// the embedding dimension, and ConvNeXt's `LayerNorm2d`.
+    LayerNorm {
+        eps: f64,
+    },
+    /// GELU in its exact form, `x * (1 + erf(x / sqrt 2)) / 2`.
+    Gelu,
+    /// Multi-head scaled dot-product self-attention from a `[3d, h, w]`
+    /// tensor of queries, keys and values (channel blocks q, k, v, each
+    /// `heads` blocks of `d / heads`) to the `[d, h, w]` context. The
+    /// projections around it are 1x1 convolutions.
+    Attention(Attention),
+    /// Prepends a learned class token to the tokens of a `[d, h, w]` grid,
+    /// giving the `[d, h * w + 1, 1]` sequence (ViT, DeiT).
+    ClassToken,
+    /// Adds a learned tensor of the input's shape (ViT's position embedding).
+    PositionEmbedding,
+    /// The first token of a `[d, tokens, 1]` sequence, `[d, 1, 1]` (the
+    /// class token a ViT classifies).
+    FirstToken,
+    /// Each 2x2 block of positions becomes one position with 4x channels,
+    /// in Swin's patch-merging order: channel `(2 * dx + dy) * c + i` holds
+    /// channel `i` of the position at row offset `dy`, column offset `dx`.
+    SpaceToDepth,
+    /// A learned per-channel scale (ConvNeXt's layer scale).
+    LayerScale,
+}
+
+/// Attention of every token to the tokens of its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Attention {
+    pub heads: usize,
+    /// Side of the square windows that attend within themselves (Swin);
+    /// `None`: every token attends to every token of the sample (ViT).
+    pub window: Option<usize>,
+    /// Swin's shifted windows: the tokens are rolled by `-shift` on both
+    /// axes before partitioning and back after, and tokens that were not
+    /// neighbours before the roll do not attend to each other (a -100 bias,
+    /// as timm and torchvision add).
+    pub shift: usize,
+    /// A learned bias per head and relative position within the window
+    /// (Swin's table of `(2 * window - 1)^2 x heads` parameters).
+    pub relative_bias: bool,
+}
+
+impl Attention {
+    /// The number of learned relative-position biases.
+    pub fn bias_count(&self) -> usize {
+        match (self.relative_bias, self.window) {
+            (true, Some(ws)) => (2 * ws - 1) * (2 * ws - 1) * self.heads,
+            _ => 0,
+        }
+    }
+
+    /// Window height and width on an `h x w` grid.
+    pub fn window_hw(&self, h: usize, w: usize) -> (usize, usize) {
+        self.window.map_or((h, w), |ws| (ws, ws))
+    }
 }
 
 impl Op {
-    /// The operator's name in ONNX and in reports.
+    /// The operator's name in reports; for the convolutional operators it
+    /// is also the ONNX operator's. The transformer operators are
+    /// exported as several ONNX operators each.
     pub fn kind(&self) -> &'static str {
         match self {
             Op::Input => "Input",
@@ -96,6 +167,14 @@ impl Op {
             Op::Concat => "Concat",
             Op::Flatten => "Flatten",
             Op::Linear { .. } => "Gemm",
+            Op::LayerNorm { .. } => "LayerNorm",
+            Op::Gelu => "Gelu",
+            Op::Attention(_) => "Attention",
+            Op::ClassToken => "ClassToken",
+            Op::PositionEmbedding => "PositionEmbedding",
+            Op::FirstToken => "FirstToken",
+            Op::SpaceToDepth => "SpaceToDepth",
+            Op::LayerScale => "LayerScale",
         }
     }
 }
@@ -119,11 +198,18 @@ impl Node {
                 in_features,
                 out_features,
             } => in_features * out_features + out_features,
+            Op::LayerNorm { .. } => 2 * self.shape[0],
+            Op::Attention(a) => a.bias_count(),
+            Op::ClassToken | Op::LayerScale => self.shape[0],
+            Op::PositionEmbedding => self.shape.iter().product(),
             _ => 0,
         }
     }
 
-    /// Multiply-accumulates of convolutions and fully connected layers.
+    /// Multiply-accumulates of convolutions, fully connected layers and
+    /// the two products of attention (queries by keys, weights by values),
+    /// as fvcore counts them; normalisations and element-wise operators
+    /// count zero.
     pub fn macs(&self) -> u64 {
         match &self.op {
             Op::Conv(c) => {
@@ -134,6 +220,13 @@ impl Node {
                 in_features,
                 out_features,
             } => (in_features * out_features) as u64,
+            Op::Attention(a) => {
+                let [d, h, w] = self.shape;
+                let (wh, ww) = a.window_hw(h, w);
+                let windows = (h / wh) * (w / ww);
+                let tokens = wh * ww;
+                (2 * windows * tokens * tokens * d) as u64
+            }
             _ => 0,
         }
     }
@@ -298,7 +391,10 @@ impl GraphBuilder {
 
     /// An element-wise unary operator (activation).
     pub fn unary(&mut self, op: Op, x: NodeId) -> NodeId {
-        assert!(matches!(op, Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid));
+        assert!(matches!(
+            op,
+            Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid | Op::Gelu
+        ));
         self.push(op, vec![x], self.shape(x))
     }
 
@@ -383,6 +479,73 @@ impl GraphBuilder {
             vec![x],
             [out_features, 1, 1],
         )
+    }
+
+    /// A per-token linear layer: a 1x1 convolution (see the module's
+    /// documentation), with PyTorch's `nn.Linear` bias unless `bias` is false.
+    pub fn pointwise(&mut self, x: NodeId, out_features: usize, bias: bool) -> NodeId {
+        self.conv(x, out_features, 1, 1, 0, 1, bias)
+    }
+
+    pub fn layer_norm(&mut self, x: NodeId, eps: f64) -> NodeId {
+        self.push(Op::LayerNorm { eps }, vec![x], self.shape(x))
+    }
+
+    pub fn gelu(&mut self, x: NodeId) -> NodeId {
+        self.unary(Op::Gelu, x)
+    }
+
+    pub fn layer_scale(&mut self, x: NodeId) -> NodeId {
+        self.push(Op::LayerScale, vec![x], self.shape(x))
+    }
+
+    /// Self-attention over `qkv` (`[3d, h, w]`), giving `[d, h, w]`.
+    pub fn attention(&mut self, qkv: NodeId, attention: Attention) -> NodeId {
+        let [c, h, w] = self.shape(qkv);
+        assert!(c.is_multiple_of(3), "Attention takes q, k and v stacked");
+        let d = c / 3;
+        assert!(
+            d.is_multiple_of(attention.heads),
+            "heads must divide the dimension"
+        );
+        let (wh, ww) = attention.window_hw(h, w);
+        assert!(
+            h.is_multiple_of(wh) && w.is_multiple_of(ww),
+            "windows must tile the grid"
+        );
+        assert!(
+            attention.shift == 0 || (attention.window.is_some() && attention.shift < wh),
+            "a shift needs windows larger than it"
+        );
+        assert!(
+            !attention.relative_bias || attention.window.is_some(),
+            "relative position biases need windows"
+        );
+        self.push(Op::Attention(attention), vec![qkv], [d, h, w])
+    }
+
+    pub fn class_token(&mut self, x: NodeId) -> NodeId {
+        let [d, h, w] = self.shape(x);
+        self.push(Op::ClassToken, vec![x], [d, h * w + 1, 1])
+    }
+
+    pub fn position_embedding(&mut self, x: NodeId) -> NodeId {
+        self.push(Op::PositionEmbedding, vec![x], self.shape(x))
+    }
+
+    pub fn first_token(&mut self, x: NodeId) -> NodeId {
+        let [d, _, w] = self.shape(x);
+        assert_eq!(w, 1, "FirstToken takes a [d, tokens, 1] sequence");
+        self.push(Op::FirstToken, vec![x], [d, 1, 1])
+    }
+
+    pub fn space_to_depth(&mut self, x: NodeId) -> NodeId {
+        let [c, h, w] = self.shape(x);
+        assert!(
+            h.is_multiple_of(2) && w.is_multiple_of(2),
+            "SpaceToDepth needs an even grid"
+        );
+        self.push(Op::SpaceToDepth, vec![x], [4 * c, h / 2, w / 2])
     }
 
     pub fn finish(self) -> Graph {

@@ -11,5 +11,5 @@ pub mod quant;
 pub mod reference;
 pub mod weights;
 
-pub use ir::{Conv, Graph, GraphBuilder, Node, NodeId, Op, Pool, Shape};
-pub use networks::{Network, catalogue, find};
+pub use ir::{Attention, Conv, Graph, GraphBuilder, Node, NodeId, Op, Pool, Shape};
+pub use networks::{Network, all, block_models, catalogue, find, modern};

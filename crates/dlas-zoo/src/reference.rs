@@ -4,9 +4,10 @@
 //!
 //! Everything here is plain nested loops over NCHW tensors in f64, written
 //! for reading, not speed: if a kernel disagrees with this module, the
-//! kernel is wrong. Batch norm uses eps = 1e-5, as PyTorch does.
+//! kernel is wrong. Batch norm uses eps = 1e-5, as PyTorch does; layer
+//! norm uses the node's own eps (timm's networks differ).
 
-use crate::ir::{Conv, Graph, Op, Pool, Shape};
+use crate::ir::{Attention, Conv, Graph, Op, Pool, Shape};
 use crate::weights::{Params, Weights};
 
 /// Batch-norm epsilon (PyTorch's default).
@@ -115,6 +116,126 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
+fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+}
+
+/// Layer norm over the channels of each position, with the biased variance
+/// (as PyTorch).
+fn layer_norm(input: &[f64], shape: Shape, eps: f64, gamma: &[f32], beta: &[f32]) -> Vec<f64> {
+    let [c, h, w] = shape;
+    let plane = h * w;
+    let mut out = vec![0.0; input.len()];
+    for (x, y) in input.chunks(c * plane).zip(out.chunks_mut(c * plane)) {
+        for p in 0..plane {
+            let at = |i: usize| x[i * plane + p];
+            let mean = (0..c).map(at).sum::<f64>() / c as f64;
+            let var = (0..c).map(|i| (at(i) - mean).powi(2)).sum::<f64>() / c as f64;
+            let inv = 1.0 / (var + eps).sqrt();
+            for i in 0..c {
+                y[i * plane + p] = (at(i) - mean) * inv * gamma[i] as f64 + beta[i] as f64;
+            }
+        }
+    }
+    out
+}
+
+/// Multi-head self-attention of a batch of `qkv` tensors (`[3d, h, w]` =
+/// `shape`), as [`Op::Attention`] documents it; `bias_table` is the
+/// relative-position table, `((2 * window - 1)^2, heads)` row-major.
+/// Returns (batch, d, h, w).
+pub fn attention_f64(
+    qkv: &[f64],
+    batch: usize,
+    shape: Shape,
+    attention: &Attention,
+    bias_table: Option<&[f32]>,
+) -> Vec<f64> {
+    let [c, h, w] = shape;
+    let (d, plane, heads, shift) = (c / 3, h * w, attention.heads, attention.shift);
+    let head_dim = d / heads;
+    let (wh, ww) = attention.window_hw(h, w);
+    let tokens = wh * ww;
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    // Which of the three bands of the rolled grid a row or column is in:
+    // after the roll by -shift, the last `shift` rows came from the top, so
+    // a window may hold tokens of up to three bands per axis that were not
+    // neighbours, and only tokens of one band attend to each other.
+    let band = |pos: usize, size: usize, window: usize| match pos {
+        _ if shift == 0 || pos < size - window => 0,
+        _ if pos < size - shift => 1,
+        _ => 2,
+    };
+    let mut out = vec![0.0; batch * d * plane];
+    for (x, y) in qkv.chunks(c * plane).zip(out.chunks_mut(d * plane)) {
+        for wy in 0..h / wh {
+            for wx in 0..w / ww {
+                // Each token of the window: where it sits in the sample
+                // (its position before the roll) and its band pair.
+                let window: Vec<(usize, usize)> = (0..tokens)
+                    .map(|t| {
+                        let (ry, rx) = (wy * wh + t / ww, wx * ww + t % ww);
+                        let at = ((ry + shift) % h) * w + (rx + shift) % w;
+                        (at, band(ry, h, wh) * 3 + band(rx, w, ww))
+                    })
+                    .collect();
+                for head in 0..heads {
+                    let value = |block: usize, k: usize, t: usize| {
+                        x[(block * d + head * head_dim + k) * plane + window[t].0]
+                    };
+                    for i in 0..tokens {
+                        let mut scores: Vec<f64> = (0..tokens)
+                            .map(|j| {
+                                let dot: f64 =
+                                    (0..head_dim).map(|k| value(0, k, i) * value(1, k, j)).sum();
+                                let mut score = dot * scale;
+                                if let Some(table) = bias_table {
+                                    let dy = i / ww + wh - 1 - j / ww;
+                                    let dx = i % ww + ww - 1 - j % ww;
+                                    score += table[(dy * (2 * ww - 1) + dx) * heads + head] as f64;
+                                }
+                                if window[i].1 != window[j].1 {
+                                    score -= 100.0;
+                                }
+                                score
+                            })
+                            .collect();
+                        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        scores.iter_mut().for_each(|s| *s = (*s - max).exp());
+                        let total: f64 = scores.iter().sum();
+                        for k in 0..head_dim {
+                            let context: f64 =
+                                (0..tokens).map(|j| scores[j] * value(2, k, j)).sum();
+                            y[(head * head_dim + k) * plane + window[i].0] = context / total;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Swin's patch merging (see [`Op::SpaceToDepth`]) of a batch of `shape`.
+fn space_to_depth(input: &[f64], shape: Shape) -> Vec<f64> {
+    let [c, h, w] = shape;
+    let (oh, ow) = (h / 2, w / 2);
+    let mut out = vec![0.0; input.len()];
+    for (x, y) in input.chunks(c * h * w).zip(out.chunks_mut(c * h * w)) {
+        for (dx, dy, i) in
+            (0..2).flat_map(|dx| (0..2).flat_map(move |dy| (0..c).map(move |i| (dx, dy, i))))
+        {
+            let oc = (2 * dx + dy) * c + i;
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    y[(oc * oh + oy) * ow + ox] = x[(i * h + 2 * oy + dy) * w + 2 * ox + dx];
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Evaluates one node given its inputs' values (each (batch, c, h, w)).
 fn eval_node(
     graph: &Graph,
@@ -212,6 +333,50 @@ fn eval_node(
             }
             out
         }
+        (Op::Gelu, _) => unary(&gelu),
+        (Op::LayerNorm { eps }, Some(Params::LayerNorm { gamma, beta })) => {
+            layer_norm(inputs[0], node.shape, *eps, gamma, beta)
+        }
+        (Op::Attention(a), p) => {
+            let table = match p {
+                Some(Params::Tensor(t)) => Some(t.as_slice()),
+                _ => None,
+            };
+            assert_eq!(
+                table.map_or(0, <[f32]>::len),
+                a.bias_count(),
+                "node {} needs its relative-position table",
+                node.name
+            );
+            attention_f64(inputs[0], batch, in_shape(0), a, table)
+        }
+        (Op::LayerScale, Some(Params::Tensor(gamma))) => {
+            let [c, h, w] = node.shape;
+            inputs[0]
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x * gamma[i / (h * w) % c] as f64)
+                .collect()
+        }
+        (Op::PositionEmbedding, Some(Params::Tensor(embedding))) => inputs[0]
+            .iter()
+            .zip(embedding.iter().cycle())
+            .map(|(x, e)| x + *e as f64)
+            .collect(),
+        (Op::ClassToken, Some(Params::Tensor(token))) => {
+            let [d, h, w] = in_shape(0);
+            let mut out = Vec::with_capacity(batch * d * (h * w + 1));
+            for (i, plane) in inputs[0].chunks(h * w).enumerate() {
+                out.push(token[i % d] as f64);
+                out.extend_from_slice(plane);
+            }
+            out
+        }
+        (Op::FirstToken, _) => {
+            let [_, tokens, _] = in_shape(0);
+            inputs[0].chunks(tokens).map(|seq| seq[0]).collect()
+        }
+        (Op::SpaceToDepth, _) => space_to_depth(inputs[0], in_shape(0)),
         (op, p) => panic!(
             "node {} ({op:?}) has parameters {:?}",
             node.name,
@@ -297,6 +462,54 @@ mod tests {
         let x: Vec<f64> = (1..=9).map(f64::from).collect();
         let y = conv2d_f64(&x, 1, [1, 3, 3], &conv, &[1.0; 4], Some(&[0.5]));
         assert_eq!(y, vec![12.5, 16.5, 24.5, 28.5]);
+    }
+
+    /// Two tokens of one dimension, one head: token 0's query against the
+    /// keys 0 and ln 3 weighs the values 1:3; token 1's zero query weighs
+    /// them equally.
+    #[test]
+    fn attention_of_a_known_case() {
+        let a = Attention {
+            heads: 1,
+            window: None,
+            shift: 0,
+            relative_bias: false,
+        };
+        // Channels q, k, v of tokens (0, 1).
+        let qkv = [1.0, 0.0, 0.0, 3f64.ln(), 4.0, 8.0];
+        let y = attention_f64(&qkv, 1, [3, 2, 1], &a, None);
+        assert!(
+            (y[0] - 7.0).abs() < 1e-12 && (y[1] - 6.0).abs() < 1e-12,
+            "{y:?}"
+        );
+    }
+
+    /// Windows of one token attend to themselves only: the output is v,
+    /// whatever the queries, keys and relative biases.
+    #[test]
+    fn one_token_windows_give_their_values() {
+        let a = Attention {
+            heads: 2,
+            window: Some(1),
+            shift: 0,
+            relative_bias: true,
+        };
+        let qkv: Vec<f64> = (0..12 * 4).map(|i| (i as f64 * 0.37).sin()).collect();
+        let y = attention_f64(&qkv, 1, [12, 2, 2], &a, Some(&[0.5, -0.5]));
+        assert_eq!(y, qkv[8 * 4..]);
+    }
+
+    #[test]
+    fn layer_norm_gelu_and_patch_merging_of_known_cases() {
+        let y = layer_norm(&[1.0, 3.0], [2, 1, 1], 0.0, &[2.0, 1.0], &[0.0, 0.5]);
+        assert_eq!(y, vec![-2.0, 1.5]);
+        // Phi(1), the standard normal distribution function at 1.
+        assert!((gelu(1.0) - 0.841_344_746_068_542_9).abs() < 1e-15);
+        // One channel, rows (1 2) (3 4): channels in (dx, dy) order.
+        assert_eq!(
+            space_to_depth(&[1.0, 2.0, 3.0, 4.0], [1, 2, 2]),
+            vec![1.0, 3.0, 2.0, 4.0]
+        );
     }
 
     #[test]

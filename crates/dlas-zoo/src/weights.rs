@@ -3,8 +3,12 @@
 //! not depend on generation order or on the platform.
 //!
 //! The distributions are the usual initialisations (He-normal convolutions,
-//! PyTorch's uniform linear layers) with batch-norm statistics spread around
-//! their identity values, so activations stay finite through deep networks.
+//! PyTorch's uniform linear layers, timm's normal(0, 0.02) tokens, position
+//! embeddings and relative-position biases) with batch-norm statistics,
+//! layer-norm affines and layer scales spread around their identity values,
+//! so activations stay finite through deep networks. (ConvNeXt initialises
+//! its layer scale at 1e-6, which would make every untrained block a no-op
+//! and hide it from any numerical check.)
 
 use crate::ir::{Graph, Op};
 use rand::{Rng, SeedableRng};
@@ -35,6 +39,31 @@ pub enum Params {
         weight: Vec<f32>,
         bias: Vec<f32>,
     },
+    LayerNorm {
+        gamma: Vec<f32>,
+        beta: Vec<f32>,
+    },
+    /// One learned tensor: a class token (d), a position embedding
+    /// (d, h, w), a layer scale (c), or a relative-position bias table
+    /// ((2 * window - 1)^2, heads), each row-major in that shape.
+    Tensor(Vec<f32>),
+}
+
+impl Params {
+    /// The number of learned values.
+    pub fn len(&self) -> usize {
+        match self {
+            Params::Conv { weight, bias } => weight.len() + bias.as_ref().map_or(0, Vec::len),
+            Params::BatchNorm { gamma, beta, .. } => gamma.len() + beta.len(),
+            Params::Linear { weight, bias } => weight.len() + bias.len(),
+            Params::LayerNorm { gamma, beta } => gamma.len() + beta.len(),
+            Params::Tensor(values) => values.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Weights of a whole graph, indexed by node id.
@@ -102,6 +131,22 @@ pub fn generate(graph: &Graph, seed: u64) -> Weights {
                         bias: draw(&mut rng("bias"), *out_features, uniform(-bound, bound)),
                     })
                 }
+                Op::LayerNorm { .. } => {
+                    let n = node.shape[0];
+                    Some(Params::LayerNorm {
+                        gamma: draw(&mut rng("gamma"), n, uniform(0.5, 1.5)),
+                        beta: draw(&mut rng("beta"), n, uniform(-0.1, 0.1)),
+                    })
+                }
+                Op::LayerScale => Some(Params::Tensor(draw(
+                    &mut rng("gamma"),
+                    node.shape[0],
+                    uniform(0.5, 1.5),
+                ))),
+                Op::ClassToken | Op::PositionEmbedding | Op::Attention(_) if node.params() > 0 => {
+                    let std = Normal::new(0.0, 0.02).expect("finite std");
+                    Some(Params::Tensor(draw(&mut rng("value"), node.params(), std)))
+                }
                 _ => None,
             }
         })
@@ -127,16 +172,7 @@ mod tests {
         let a = generate(&g, 7);
         assert_eq!(a, generate(&g, 7));
         assert_ne!(a, generate(&g, 8));
-        let count: usize = a
-            .by_node
-            .iter()
-            .flatten()
-            .map(|p| match p {
-                Params::Conv { weight, bias } => weight.len() + bias.as_ref().map_or(0, Vec::len),
-                Params::BatchNorm { gamma, beta, .. } => gamma.len() + beta.len(),
-                Params::Linear { weight, bias } => weight.len() + bias.len(),
-            })
-            .sum();
+        let count: usize = a.by_node.iter().flatten().map(Params::len).sum();
         assert_eq!(count, g.params());
     }
 }

@@ -1,5 +1,6 @@
-//! `dlas claims RESULTS...`: the study's thirteen observations checked on
-//! each results file, e.g. one measured on a reviewer's own machine.
+//! `dlas claims RESULTS...`: the study's thirteen observations (or, with
+//! `--study compilers`, the compiler study's findings) checked on each
+//! results file, e.g. one measured on a reviewer's own machine.
 
 use crate::facts;
 use crate::project::Project;
@@ -7,6 +8,7 @@ use anyhow::{Context, Result};
 use dlas_core::results::read_results;
 use dlas_report::catalogue::{device_kinds, networks_of};
 use dlas_report::claims::{self, Checked};
+use dlas_report::compilers::is_compiler_study;
 use dlas_report::compression::{Sweeps, sweep_path};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,10 +29,14 @@ pub struct Args {
 pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let specs = project.specs()?;
     let study = project.study(&args.study, &specs)?;
+    let compiler_study = is_compiler_study(&study);
     let published = facts::published(project)?;
-    // The committed sweeps (what `reproduce` wrote), or the study's own.
+    // The committed sweeps (what `reproduce` wrote), or the study's own;
+    // the compiler study's findings need none.
     let committed = project.root.join(sweep_path(&study.name));
-    let sweeps = if committed.is_file() {
+    let sweeps = if compiler_study {
+        Sweeps::default()
+    } else if committed.is_file() {
         Sweeps::read(&committed)?
     } else {
         facts::sweeps(&study, &published)?
@@ -51,16 +57,25 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         };
         checked.push(Checked {
             file: path.display().to_string(),
-            outcomes: claims::check_all(&context)
-                .into_iter()
-                .map(|(_, outcome)| outcome)
-                .collect(),
+            outcomes: if compiler_study {
+                claims::compilers::check_all(&context)
+                    .into_iter()
+                    .map(|(_, outcome)| outcome)
+                    .collect()
+            } else {
+                claims::check_all(&context)
+                    .into_iter()
+                    .map(|(_, outcome)| outcome)
+                    .collect()
+            },
         });
     }
-    if args.markdown {
-        print!("{}", claims::markdown(&checked));
-    } else {
-        print!("{}", claims::text(&checked));
-    }
+    let text = match (compiler_study, args.markdown) {
+        (true, true) => claims::compilers::markdown(&checked),
+        (true, false) => claims::text_of(&claims::compilers::findings(), &checked),
+        (false, true) => claims::markdown(&checked),
+        (false, false) => claims::text(&checked),
+    };
+    print!("{text}");
     Ok(ExitCode::SUCCESS)
 }

@@ -100,7 +100,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     // compresses) and written beside the results so the committed files
     // are checked like everything else.
     let published = facts::published(project)?;
-    let (sweeps, layer) = if needs_compression(selection) {
+    let (sweeps, layer) = if needs_compression(&study, selection) {
         let sweeps = facts::sweeps(&study, &published)?;
         let layer = facts::layer(&study, &published)?;
         artifacts.push(Artifact {

@@ -13,7 +13,8 @@ use dlas_zoo::weights::MODEL_SEED as DEFAULT_SEED;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// One line per network: model, dataset, params, MACs, layers.
+    /// One line per network of the zoo (the DLAS study's, the modern
+    /// architectures, the block-repeat models): model, dataset, params, MACs, layers.
     List {
         #[arg(long, value_enum, default_value_t = ListFormat::Csv)]
         format: ListFormat,
@@ -28,8 +29,9 @@ pub enum Command {
         #[arg(long, default_value_t = DEFAULT_SEED)]
         seed: u64,
     },
-    /// Write every network, and its fp16 and int8 compressions (into
-    /// `compressed/`), into a folder; print `sha256  file` lines (the lock format).
+    /// Write the DLAS study's networks and every other zoo network a study
+    /// names, and the DLAS study's compressions (into `compressed/`), into a
+    /// folder; print `sha256  file` lines (the lock format).
     ExportAll {
         #[arg(long)]
         out: PathBuf,
@@ -58,7 +60,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
             println!("{digest}  {}", out.display());
         }
         Command::ExportAll { out, seed } => {
-            for net in catalogue() {
+            for net in studied_networks(project)? {
                 let file = format!("{}-{}.onnx", net.dataset, net.name);
                 let digest = export(net, &out.join(&file), *seed)?;
                 println!("{digest}  {file}");
@@ -103,11 +105,32 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The DLAS study's networks, then every other zoo network some study names
+/// (user ONNX models aside), in study order: the files `data/models.lock`
+/// pins, so a study's host runs find their models pinned and networks no
+/// study runs are not.
+fn studied_networks(project: &Project) -> Result<Vec<&'static dlas_zoo::Network>> {
+    let dir = project.studies_dir();
+    let mut nets: Vec<&'static dlas_zoo::Network> = catalogue().iter().collect();
+    for name in dlas_core::study::list_studies(&dir) {
+        let study = Study::load(&name, &dir)?;
+        for (dataset, model) in study.models() {
+            if study.onnx_model(&model).is_some() {
+                continue;
+            }
+            let net = dlas_zoo::find(dataset, &model)?;
+            if !nets.iter().any(|n| std::ptr::eq(*n, net)) {
+                nets.push(net);
+            }
+        }
+    }
+    Ok(nets)
+}
+
 fn list(format: ListFormat) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let header = ["model", "dataset", "params", "macs", "layers"];
-    let rows: Vec<[String; 5]> = catalogue()
-        .iter()
+    let rows: Vec<[String; 5]> = dlas_zoo::all()
         .map(|n| {
             let g = (n.build)();
             [
@@ -131,13 +154,13 @@ fn list(format: ListFormat) -> Result<()> {
         ListFormat::Table => {
             writeln!(
                 out,
-                "{:<16} {:<9} {:>11} {:>13} {:>7}",
+                "{:<22} {:<9} {:>11} {:>13} {:>7}",
                 header[0], header[1], header[2], header[3], header[4]
             )?;
             for r in &rows {
                 writeln!(
                     out,
-                    "{:<16} {:<9} {:>11} {:>13} {:>7}",
+                    "{:<22} {:<9} {:>11} {:>13} {:>7}",
                     r[0], r[1], r[2], r[3], r[4]
                 )?;
             }

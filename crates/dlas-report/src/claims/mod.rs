@@ -17,13 +17,14 @@
 
 mod algorithms;
 pub mod cells;
+pub mod compilers;
 mod hardware;
 mod models;
 mod optimizations;
 mod render;
 mod software;
 
-pub use render::{markdown, table, text};
+pub use render::{markdown, table, text, text_of};
 
 use crate::compression::{RecordedAccuracy, Sweeps};
 use dlas_core::{Dataset, ResultRow};
@@ -137,6 +138,8 @@ pub struct Network {
     pub dataset: Dataset,
     pub model: String,
     pub params: usize,
+    /// What it is made of (the compiler study's findings compare kinds).
+    pub architecture: crate::compilers::Architecture,
 }
 
 /// What the checks read besides results.

@@ -345,6 +345,7 @@ mod tests {
                 dataset: Dataset::Cifar10,
                 model: m.into(),
                 params: p,
+                architecture: crate::compilers::Architecture::Cnn,
             })
             .into();
         let nets = [

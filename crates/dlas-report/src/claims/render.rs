@@ -84,20 +84,26 @@ pub fn markdown(checked: &[Checked]) -> String {
         100.0 * RARELY,
         100.0 * (TOLERANCE - 1.0)
     );
-    out += "| | observation |";
+    sections(&mut out, &observations(), checked);
+    out
+}
+
+/// The verdict table and one section per observation: how it is checked
+/// and what each results file says.
+pub(super) fn sections(out: &mut String, all: &[Observation], checked: &[Checked]) {
+    *out += "| | observation |";
     for c in checked {
         let _ = write!(out, " `{}` |", c.file);
     }
-    out += "\n|---|---|";
-    out += &"---|".repeat(checked.len());
-    out += "\n";
-    let all = observations();
+    *out += "\n|---|---|";
+    *out += &"---|".repeat(checked.len());
+    *out += "\n";
     for (i, o) in all.iter().enumerate() {
         let _ = write!(out, "| {} | {} |", o.numeral, statement(o));
         for c in checked {
             let _ = write!(out, " {} |", c.outcomes[i].verdict.label());
         }
-        out += "\n";
+        *out += "\n";
     }
     for (i, o) in all.iter().enumerate() {
         let _ = write!(out, "\n## {}. {}\n\n", o.numeral, o.statement);
@@ -121,12 +127,15 @@ pub fn markdown(checked: &[Checked]) -> String {
             );
         }
     }
-    out
 }
 
 /// What `dlas claims` prints: per file, each observation's verdict, evidence and devices.
 pub fn text(checked: &[Checked]) -> String {
-    let all = observations();
+    text_of(&observations(), checked)
+}
+
+/// [`text`] for another list of observations (the compiler study's findings).
+pub fn text_of(all: &[Observation], checked: &[Checked]) -> String {
     let mut out = String::new();
     for c in checked {
         let _ = writeln!(out, "{}", c.file);

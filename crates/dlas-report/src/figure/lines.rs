@@ -1,5 +1,6 @@
-//! Lines of points against a level, one series per network, the chosen
-//! point of each series ringed (Figure 3).
+//! Lines of points against a level (or another x), one series per network,
+//! the chosen point of each series ringed (Figure 3; the compiler study's
+//! Figures 5 and 6).
 
 use super::{COLOURS, DrawResult, LinePanel};
 use plotters::coord::Shift;
@@ -25,6 +26,7 @@ where
     } else {
         (0.0, 1.0)
     };
+    let [x0, x1] = panel.x_range.unwrap_or([0.0, 1.0]);
     let builder = |area| {
         let mut b = ChartBuilder::on(area);
         b.caption(&panel.title, ("sans-serif", 15))
@@ -36,7 +38,7 @@ where
     // Log axes cannot show zero; linear ones get 5% of headroom.
     if panel.log_y && low > 0.0 {
         let mut chart =
-            builder(area).build_cartesian_2d(0f64..1f64, (low / 1.3..high * 1.3).log_scale())?;
+            builder(area).build_cartesian_2d(x0..x1, (low / 1.3..high * 1.3).log_scale())?;
         chart
             .configure_mesh()
             .x_desc(&panel.x_label)
@@ -47,7 +49,7 @@ where
         draw_series(&mut chart, panel, legend)?;
     } else {
         let pad = ((high - low) * 0.05).max(1e-9);
-        let mut chart = builder(area).build_cartesian_2d(0f64..1f64, (low - pad)..(high + pad))?;
+        let mut chart = builder(area).build_cartesian_2d(x0..x1, (low - pad)..(high + pad))?;
         chart
             .configure_mesh()
             .x_desc(&panel.x_label)

@@ -107,11 +107,14 @@ pub struct LineSeries {
     pub marked: Option<[f64; 2]>,
 }
 
-/// A panel of line series over x in [0, 1].
+/// A panel of line series over x in [0, 1], or over `x_range`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LinePanel {
     pub title: String,
     pub x_label: String,
+    /// The x axis' extent when it is not [0, 1] (e.g. log2 of batch sizes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub x_range: Option<[f64; 2]>,
     pub y_label: String,
     pub log_y: bool,
     pub series: Vec<LineSeries>,
@@ -503,6 +506,7 @@ mod tests {
             panels: vec![LinePanel {
                 title: "ratio".into(),
                 x_label: "level".into(),
+                x_range: None,
                 y_label: "x".into(),
                 log_y: true,
                 series: vec![LineSeries {

@@ -54,19 +54,7 @@ pub fn mobilenet_v2() -> Graph {
         for i in 0..n {
             let stride = if i == 0 { s } else { 1 };
             x = g.scoped(&format!("features.{index}"), |g| {
-                let inp = g.channels(x);
-                let hidden = inp * t;
-                let mut y = x;
-                if t != 1 {
-                    y = g.conv_bn(y, hidden, 1, 1, 1, Some(Op::Relu6));
-                }
-                y = g.conv_bn(y, hidden, 3, stride, hidden, Some(Op::Relu6));
-                y = g.conv_bn(y, c, 1, 1, 1, None);
-                if stride == 1 && inp == c {
-                    g.add(y, x)
-                } else {
-                    y
-                }
+                inverted_residual(g, x, t, c, stride)
             });
             index += 1;
         }
@@ -75,6 +63,31 @@ pub fn mobilenet_v2() -> Graph {
         g.conv_bn(x, 1280, 1, 1, 1, Some(Op::Relu6))
     });
     classifier(g, x)
+}
+
+/// MobileNetV2's inverted residual: a 1x1 expansion by `expand` (none
+/// when 1), a depthwise 3x3 with `stride`, a linear 1x1 projection to
+/// `out` channels, and a residual when the shapes allow it.
+pub(super) fn inverted_residual(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    expand: usize,
+    out: usize,
+    stride: usize,
+) -> NodeId {
+    let inp = g.channels(x);
+    let hidden = inp * expand;
+    let mut y = x;
+    if expand != 1 {
+        y = g.conv_bn(y, hidden, 1, 1, 1, Some(Op::Relu6));
+    }
+    y = g.conv_bn(y, hidden, 3, stride, hidden, Some(Op::Relu6));
+    y = g.conv_bn(y, out, 1, 1, 1, None);
+    if stride == 1 && inp == out {
+        g.add(y, x)
+    } else {
+        y
+    }
 }
 
 /// DenseNet-161: growth rate 48, blocks (6, 12, 36, 24), 96 initial features.
@@ -189,7 +202,7 @@ fn mbconv(
 }
 
 /// Global average pooling, flatten, and the 1000-way linear classifier.
-fn classifier(mut g: GraphBuilder, x: NodeId) -> Graph {
+pub(super) fn classifier(mut g: GraphBuilder, x: NodeId) -> Graph {
     let x = g.global_avg_pool(x);
     let x = g.flatten(x);
     g.scoped("classifier", |g| g.linear(x, 1000));

@@ -1,0 +1,447 @@
+//! The compiler study's report (`data/studies/compilers.toml`): its own
+//! numbering of Figures 1-7 and Tables 1-2, written under
+//! `figures/compilers/` and `paper-tables/compilers/`, with its findings
+//! checked in `paper-tables/compilers/claims.md` and its own report page,
+//! `figures/compilers/index.html`.
+//!
+//! A study named `compilers` gets this catalogue; every other study gets the
+//! DLAS catalogue (`catalogue.rs`), which stays the default.
+
+mod figures;
+mod illustrations;
+
+use crate::catalogue::{Artifact, Inputs, Selection};
+use crate::claims::{self, Checked, Context};
+use crate::compression::Sweeps;
+use crate::figure::FigureData;
+use crate::metrics::Curve;
+use crate::table::Table;
+use anyhow::{Result, bail};
+use dlas_core::{Compression, Dataset, ResultRow, Study};
+use dlas_zoo::Graph;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The name of the study this catalogue reports.
+pub const STUDY: &str = "compilers";
+/// The compiler study's tables, by number.
+pub const TABLES: &[usize] = &[1, 2];
+/// The compiler study's figures, by number.
+pub const FIGURES: &[usize] = &[1, 2, 3, 4, 5, 6, 7];
+/// Where its figures and tables go.
+pub const FIGURE_DIR: &str = "figures/compilers";
+pub const TABLE_DIR: &str = "paper-tables/compilers";
+/// Its findings, checked.
+pub const CLAIMS: &str = "paper-tables/compilers/claims.md";
+/// Its report page.
+pub const PAGE: &str = "figures/compilers/index.html";
+
+/// Whether `study` is reported with this catalogue.
+pub fn is_compiler_study(study: &Study) -> bool {
+    study.name == STUDY
+}
+
+/// The (baseline, compiled) configurations the study compares, by the
+/// labels of [`config`].
+pub const PAIRS: [(&str, &str); 4] = [
+    ("eager", "vendor"),
+    ("native untuned", "native tuned"),
+    ("tract-plain", "tract-opt"),
+    ("ort-noopt", "ort-opt"),
+];
+
+/// A row's configuration: its compiler, with the native engine's tuning.
+pub fn config(row: &ResultRow) -> String {
+    if row.compiler == "native" {
+        format!("native {}", if row.tuned { "tuned" } else { "untuned" })
+    } else {
+        row.compiler.clone()
+    }
+}
+
+/// What a network is made of, read from the zoo's operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Architecture {
+    /// Convolutions, batch norm and element-wise operators only.
+    Cnn,
+    /// Convolutions with layer normalisation and no attention (ConvNeXt).
+    ModernCnn,
+    /// Self-attention.
+    Transformer,
+}
+
+impl Architecture {
+    pub fn of(graph: &Graph) -> Architecture {
+        let kinds = graph.op_histogram();
+        if kinds.contains_key("Attention") {
+            Architecture::Transformer
+        } else if kinds.contains_key("LayerNorm") {
+            Architecture::ModernCnn
+        } else {
+            Architecture::Cnn
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Architecture::Cnn => "CNN",
+            Architecture::ModernCnn => "modern CNN",
+            Architecture::Transformer => "transformer",
+        }
+    }
+}
+
+/// A block-repeat model's block type and depth, from the zoo's naming
+/// (`blocks-<kind>-<depth>`).
+pub fn block_of(model: &str) -> Option<(&str, usize)> {
+    let rest = model.strip_prefix("blocks-")?;
+    let (kind, depth) = rest.rsplit_once('-')?;
+    Some((kind, depth.parse().ok()?))
+}
+
+/// A network of a study: its dataset and model.
+pub type Net = (Dataset, String);
+
+/// Throughput curves of every (device, network, configuration) in the rows
+/// with timing. Only dense networks enter (the compiler study's); where a
+/// configuration was measured with several algorithms or formats (the
+/// native engine), its best throughput at each batch size counts.
+pub struct Curves {
+    pub curves: BTreeMap<(String, Net, String), Curve>,
+}
+
+impl Curves {
+    pub fn new(rows: &[ResultRow]) -> Curves {
+        let mut curves: BTreeMap<(String, Net, String), Curve> = BTreeMap::new();
+        for r in rows {
+            let Some(ms) = r.median_ms.filter(|_| r.status.has_timing()) else {
+                continue;
+            };
+            if r.compression != Compression::Dense || r.batch == 0 || !ms.is_finite() || ms <= 0.0 {
+                continue;
+            }
+            let curve = curves
+                .entry((r.device.clone(), (r.dataset, r.model.clone()), config(r)))
+                .or_default();
+            let throughput = r.batch as f64 * 1e3 / ms;
+            if curve.at(r.batch).is_none_or(|t| t < throughput) {
+                curve.points.insert(r.batch, throughput);
+            }
+        }
+        Curves { curves }
+    }
+
+    pub fn get(&self, device: &str, net: &Net, config: &str) -> Option<&Curve> {
+        self.curves
+            .get(&(device.to_string(), net.clone(), config.to_string()))
+    }
+
+    /// Throughput at `batch`.
+    pub fn at(&self, device: &str, net: &Net, config: &str, batch: usize) -> Option<f64> {
+        self.get(device, net, config)?.at(batch)
+    }
+
+    /// The pairs of [`PAIRS`] with both configurations measured on `device`.
+    pub fn pairs_on(&self, device: &str) -> Vec<(&'static str, &'static str)> {
+        PAIRS
+            .into_iter()
+            .filter(|(base, compiled)| {
+                let has = |c: &str| self.curves.keys().any(|(d, _, k)| d == device && k == c);
+                has(base) && has(compiled)
+            })
+            .collect()
+    }
+}
+
+/// Two networks whose order by throughput flips under compilation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reversal {
+    pub device: String,
+    pub baseline: &'static str,
+    pub compiled: &'static str,
+    /// Faster uncompiled, slower compiled.
+    pub first: Net,
+    pub second: Net,
+    /// Throughputs: first and second, uncompiled then compiled.
+    pub throughputs: [f64; 4],
+}
+
+impl Reversal {
+    pub fn describe(&self) -> String {
+        let [b1, b2, c1, c2] = self.throughputs.map(crate::claims::cells::num);
+        format!(
+            "on {} {} beats {} uncompiled ({b1} vs {b2} samples/s with {}) and loses compiled ({c1} vs {c2} with {})",
+            self.device, self.first.1, self.second.1, self.baseline, self.compiled
+        )
+    }
+}
+
+/// Every pair of `models` whose ranking at `batch` flips between a
+/// baseline and its compiled configuration on `device`, by more than the
+/// run-to-run tolerance: the first network's lead uncompiled times the
+/// second's lead compiled exceeds [`crate::claims::TOLERANCE`], so two
+/// networks within noise of each other do not count as a reversal.
+pub fn reversals(curves: &Curves, device: &str, models: &[Net], batch: usize) -> Vec<Reversal> {
+    let mut out = Vec::new();
+    for (baseline, compiled) in curves.pairs_on(device) {
+        for (i, a) in models.iter().enumerate() {
+            for b in &models[i + 1..] {
+                let t = |m: &Net, c: &str| curves.at(device, m, c, batch);
+                let (Some(ab), Some(bb), Some(ac), Some(bc)) = (
+                    t(a, baseline),
+                    t(b, baseline),
+                    t(a, compiled),
+                    t(b, compiled),
+                ) else {
+                    continue;
+                };
+                let (first, second, throughputs) = if ab > bb && ac < bc {
+                    (a, b, [ab, bb, ac, bc])
+                } else if bb > ab && bc < ac {
+                    (b, a, [bb, ab, bc, ac])
+                } else {
+                    continue;
+                };
+                let [lead_before, behind_before, lead_after, behind_after] = throughputs;
+                if (lead_before / behind_before) * (behind_after / lead_after)
+                    <= crate::claims::TOLERANCE
+                {
+                    continue;
+                }
+                out.push(Reversal {
+                    device: device.to_string(),
+                    baseline,
+                    compiled,
+                    first: first.clone(),
+                    second: second.clone(),
+                    throughputs,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The study's networks that are not block-repeat models, in study order.
+pub fn whole_networks(study: &Study) -> Vec<Net> {
+    study
+        .models()
+        .into_iter()
+        .filter(|(_, m)| block_of(m).is_none())
+        .collect()
+}
+
+/// Devices of the study that have rows, in study order.
+pub fn devices_with_rows(inputs: &Inputs) -> Vec<String> {
+    inputs
+        .study
+        .devices
+        .iter()
+        .map(|d| d.get_ref().clone())
+        .filter(|d| inputs.results.iter().any(|r| &r.device == d))
+        .collect()
+}
+
+/// The findings checked on each results file on its own.
+pub fn checked(inputs: &Inputs) -> Vec<Checked> {
+    let networks = crate::catalogue::networks_of(inputs.study);
+    let kinds = crate::catalogue::device_kinds(inputs.specs);
+    let sweeps = Sweeps::default();
+    inputs
+        .result_files
+        .iter()
+        .map(|f| {
+            let context = Context {
+                rows: &inputs.results[f.rows.clone()],
+                kinds: &kinds,
+                networks: &networks,
+                sweeps: &sweeps,
+                accuracy: &[],
+            };
+            Checked {
+                file: f.path.clone(),
+                outcomes: claims::compilers::check_all(&context)
+                    .into_iter()
+                    .map(|(_, outcome)| outcome)
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// Builds the selected artifacts of the compiler study.
+pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
+    let (tables, figures): (Vec<usize>, Vec<usize>) = match selection {
+        Selection::All => (TABLES.to_vec(), FIGURES.to_vec()),
+        Selection::Table(n) if TABLES.contains(&n) => (vec![n], vec![]),
+        Selection::Figure(n) if FIGURES.contains(&n) => (vec![], vec![n]),
+        Selection::Table(n) => {
+            bail!("the compiler study has no table {n}; tables: {TABLES:?}")
+        }
+        Selection::Figure(n) => {
+            bail!("the compiler study has no figure {n}; figures: {FIGURES:?}")
+        }
+    };
+    let mut out = Vec::new();
+    let mut built_tables = Vec::new();
+    for n in tables {
+        let t = table(n, inputs)?;
+        let stem = format!("{TABLE_DIR}/table{n}");
+        out.push(Artifact {
+            path: format!("{stem}.md").into(),
+            bytes: t.markdown().into_bytes(),
+        });
+        out.push(Artifact {
+            path: format!("{stem}.csv").into(),
+            bytes: t.csv(),
+        });
+        out.push(Artifact {
+            path: format!("{stem}.tex").into(),
+            bytes: t.latex().into_bytes(),
+        });
+        built_tables.push(t);
+    }
+    let checked = (selection == Selection::All).then(|| checked(inputs));
+    if let Some(checked) = &checked {
+        out.push(Artifact {
+            path: CLAIMS.into(),
+            bytes: claims::compilers::markdown(checked).into_bytes(),
+        });
+    }
+    let mut built_figures = Vec::new();
+    for n in figures {
+        let f = figure(n, inputs)?;
+        let draw_error = |e| anyhow::anyhow!("cannot draw figure {n}: {e}");
+        let svg = f.svg().map_err(draw_error)?;
+        out.push(Artifact {
+            path: format!("{FIGURE_DIR}/figure{n}.svg").into(),
+            bytes: svg.clone().into_bytes(),
+        });
+        out.push(Artifact {
+            path: format!("{FIGURE_DIR}/figure{n}.png").into(),
+            bytes: f.png().map_err(draw_error)?,
+        });
+        built_figures.push((f, svg));
+    }
+    if let Some(checked) = &checked {
+        let page = crate::page::Page {
+            study: inputs.study,
+            hosts: &inputs.hosts,
+            files: &inputs.file_list(),
+            tables: &built_tables,
+            figures: &built_figures,
+            claims: checked,
+            observations: &claims::compilers::findings(),
+            claims_file: CLAIMS,
+            command: "cargo xtask reproduce --study compilers --all",
+            claims_command: "dlas claims --study compilers FILE...",
+        };
+        out.push(Artifact {
+            path: PAGE.into(),
+            bytes: page.html().into_bytes(),
+        });
+    }
+    Ok(out)
+}
+
+/// Table `n` of the compiler study as data.
+pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
+    match n {
+        1 => Ok(figures::devices_and_compilers(inputs)),
+        2 => Ok(figures::metrics_table(inputs)),
+        _ => bail!("the compiler study has no table {n}; tables: {TABLES:?}"),
+    }
+}
+
+/// Figure `n` of the compiler study as data.
+pub fn figure(n: usize, inputs: &Inputs) -> Result<FigureData> {
+    match n {
+        1 => Ok(figures::ranking_reversal(inputs)),
+        2 => illustrations::organization_figure(inputs),
+        3 => Ok(illustrations::flow(inputs)),
+        4 => Ok(illustrations::refinement(inputs)),
+        5 => Ok(figures::throughput_vs_batch(inputs)),
+        6 => Ok(figures::block_gain_vs_depth(inputs)),
+        7 => Ok(figures::metrics_bars(inputs)),
+        _ => bail!("the compiler study has no figure {n}; figures: {FIGURES:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_names_parse() {
+        assert_eq!(block_of("blocks-resnet-16"), Some(("resnet", 16)));
+        assert_eq!(block_of("blocks-mbv2-1"), Some(("mbv2", 1)));
+        assert_eq!(block_of("resnet50"), None);
+        assert_eq!(block_of("blocks-resnet-x"), None);
+    }
+
+    #[test]
+    fn curves_keep_dense_rows_per_dataset_and_the_best_algorithm() {
+        use crate::claims::fixtures::row;
+        use dlas_core::Algorithm;
+        let net = |d| (d, "mobilenetv2".to_string());
+        let rows = [
+            row(
+                "i7",
+                Dataset::Imagenet,
+                "mobilenetv2",
+                Compression::Dense,
+                Algorithm::Gemm,
+                false,
+                10.0,
+            ),
+            row(
+                "i7",
+                Dataset::Imagenet,
+                "mobilenetv2",
+                Compression::Dense,
+                Algorithm::Direct,
+                false,
+                5.0,
+            ),
+            row(
+                "i7",
+                Dataset::Imagenet,
+                "mobilenetv2",
+                Compression::Int8,
+                Algorithm::Direct,
+                false,
+                1.0,
+            ),
+            row(
+                "i7",
+                Dataset::Cifar10,
+                "mobilenetv2",
+                Compression::Dense,
+                Algorithm::Gemm,
+                false,
+                2.0,
+            ),
+        ];
+        let curves = Curves::new(&rows);
+        // 5 ms per sample at batch 1 is 200 samples/s; int8 does not enter.
+        assert_eq!(
+            curves.at("i7", &net(Dataset::Imagenet), "native untuned", 1),
+            Some(200.0)
+        );
+        assert_eq!(
+            curves.at("i7", &net(Dataset::Cifar10), "native untuned", 1),
+            Some(500.0)
+        );
+        assert_eq!(
+            curves.at("i7", &net(Dataset::Imagenet), "native tuned", 1),
+            None
+        );
+    }
+
+    #[test]
+    fn architectures_come_from_operators() {
+        let g = (dlas_zoo::find(Dataset::Imagenet, "resnet50").unwrap().build)();
+        assert_eq!(Architecture::of(&g), Architecture::Cnn);
+    }
+}

@@ -1,0 +1,116 @@
+//! The compiler study's report from its committed mocked results: every
+//! number of its tables, every series of its figures and its findings'
+//! verdicts as insta snapshots, and the files each selection writes.
+
+use dlas_core::{Study, results};
+use dlas_report::compilers::{self, CLAIMS, FIGURES, PAGE, TABLES};
+use dlas_report::compression::Sweeps;
+use dlas_report::{Inputs, ResultsFile, Selection};
+use std::path::Path;
+
+/// Calls `f` with the compiler study's inputs, as `reproduce --study compilers` passes them.
+fn with_inputs(f: impl FnOnce(&Inputs)) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let study = Study::load("compilers", &root.join("data/studies")).unwrap();
+    let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
+    let path = "data/results/compilers/mock.csv";
+    let rows = results::read_results(&root.join(path)).unwrap();
+    let sweeps = Sweeps::default();
+    let inputs = Inputs {
+        study: &study,
+        results: &rows,
+        specs: &specs,
+        result_files: vec![ResultsFile {
+            path: path.into(),
+            rows: 0..rows.len(),
+        }],
+        hosts: vec![],
+        sweeps: &sweeps,
+        layer: None,
+        accuracy: &[],
+    };
+    f(&inputs);
+}
+
+#[test]
+fn tables() {
+    with_inputs(|inputs| {
+        for &n in TABLES {
+            let table = compilers::table(n, inputs).unwrap();
+            insta::assert_yaml_snapshot!(format!("compilers_table{n}"), table);
+        }
+    });
+}
+
+#[test]
+fn figure_data_series() {
+    with_inputs(|inputs| {
+        for &n in FIGURES {
+            let data = compilers::figure(n, inputs).unwrap().rounded();
+            insta::assert_yaml_snapshot!(format!("compilers_figure{n}"), data);
+        }
+    });
+}
+
+#[test]
+fn findings_on_the_mocked_devices() {
+    with_inputs(|inputs| {
+        let checked = compilers::checked(inputs);
+        insta::assert_yaml_snapshot!("compilers_findings", checked[0].outcomes);
+    });
+}
+
+#[test]
+fn each_selection_writes_its_files_under_the_study_folders() {
+    with_inputs(|inputs| {
+        let paths = |selection| -> Vec<String> {
+            dlas_report::build(inputs, selection)
+                .unwrap()
+                .into_iter()
+                .map(|a| a.path.display().to_string())
+                .collect()
+        };
+        assert_eq!(
+            paths(Selection::Figure(5)),
+            [
+                "figures/compilers/figure5.svg",
+                "figures/compilers/figure5.png"
+            ]
+        );
+        assert_eq!(
+            paths(Selection::Table(2)),
+            [
+                "paper-tables/compilers/table2.md",
+                "paper-tables/compilers/table2.csv",
+                "paper-tables/compilers/table2.tex"
+            ]
+        );
+        let all = paths(Selection::All);
+        assert!(all.contains(&CLAIMS.to_string()));
+        assert_eq!(all.last().map(String::as_str), Some(PAGE));
+        assert_eq!(all.len(), 3 * TABLES.len() + 1 + 2 * FIGURES.len() + 1);
+        let err = dlas_report::build(inputs, Selection::Figure(8))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "the compiler study has no figure 8; figures: [1, 2, 3, 4, 5, 6, 7]"
+        );
+        // The same inputs give the same bytes; the page holds every figure
+        // and the findings.
+        let bytes = |n| dlas_report::build(inputs, Selection::Figure(n)).unwrap();
+        assert_eq!(bytes(1), bytes(1));
+        let page = dlas_report::build(inputs, Selection::All)
+            .unwrap()
+            .pop()
+            .unwrap();
+        let html = String::from_utf8(page.bytes).unwrap();
+        for n in FIGURES {
+            assert!(html.contains(&format!("id=\"figure-{n}\"")), "figure {n}");
+        }
+        assert!(
+            html.contains("<td>C3</td>")
+                && html.contains("cargo xtask reproduce --study compilers --all")
+        );
+    });
+}
