@@ -38,6 +38,15 @@ impl AlignedVec {
     }
 }
 
+impl From<&[f32]> for AlignedVec {
+    fn from(values: &[f32]) -> AlignedVec {
+        let mut v = AlignedVec::default();
+        v.resize(values.len());
+        v.copy_from_slice(values);
+        v
+    }
+}
+
 impl Deref for AlignedVec {
     type Target = [f32];
 

@@ -8,7 +8,9 @@ use crate::epilogue::{Activation, Epilogue};
 use crate::gemm::GemmConv;
 use crate::int8::Int8Conv;
 use crate::isa::Isa;
-use crate::schedule::{DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule};
+use crate::schedule::{
+    DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule, VectorAxis,
+};
 use crate::sparse::{block_fill, density};
 use crate::spatial_pack::SpatialPackConv;
 use crate::workload::Workload;
@@ -44,10 +46,7 @@ pub const BSR_FILL: f64 = 0.6;
 /// The schedule a layer runs when the configuration names none: the
 /// untuned `Default` of `algorithm`, fitted to the workload so that it is
 /// valid (tiles no larger than the output, register blocks inside a group)
-/// and, for gemm, so that the parallel loop has work for `threads` threads:
-/// it parallelises the dimension with more blocks, and shrinks that
-/// dimension's block when neither has two per thread. On AVX-512, a GEMM
-/// whose C has at most 16 columns takes the 8 x 16 tile.
+/// and, for gemm, fitted as [`default_gemm`] says.
 pub fn default_schedule(
     algorithm: Algorithm,
     w: &Workload,
@@ -62,39 +61,7 @@ pub fn default_schedule(
                 ..d
             })
         }
-        Algorithm::Gemm => {
-            // Rows of C are output channels in NCHW, pixels in NHWC.
-            let (m, n) = if nhwc {
-                (w.out_pixels(), w.out_channels_per_group())
-            } else {
-                (w.out_channels_per_group(), w.out_pixels())
-            };
-            let mut d = GemmSchedule::default();
-            if Isa::detect() == Isa::Avx512 && n <= 16 {
-                // Half of a 32-column tile would be padding: 8 x 16 keeps
-                // its 8 accumulators (one per FMA in flight) busy instead.
-                (d.mr, d.nr, d.kc, d.mc) = (8, 16, 256, 64);
-            }
-            let want = 2 * threads;
-            let (mut mc, mut nc) = (d.mc, d.nc);
-            let rows_parallel = m.div_ceil(mc) >= n.div_ceil(nc);
-            if rows_parallel && m.div_ceil(mc) < want {
-                mc = m.div_ceil(want).next_multiple_of(d.mr).min(d.mc);
-            } else if !rows_parallel && n.div_ceil(nc) < want {
-                nc = n.div_ceil(want).next_multiple_of(d.nr).min(d.nc);
-            }
-            // `ParallelLoop` names the output's dimension, not the matrix's.
-            let parallel = match (rows_parallel, nhwc) {
-                (true, false) | (false, true) => ParallelLoop::OutputChannels,
-                (false, false) | (true, true) => ParallelLoop::Spatial,
-            };
-            Schedule::Gemm(GemmSchedule {
-                mc,
-                nc,
-                parallel,
-                ..d
-            })
-        }
+        Algorithm::Gemm => Schedule::Gemm(default_gemm(w, threads, nhwc)),
         Algorithm::SpatialPack => {
             let d = SpatialPackSchedule::default();
             Schedule::SpatialPack(SpatialPackSchedule {
@@ -105,6 +72,93 @@ pub fn default_schedule(
         }
         Algorithm::Auto => return Err(ConfigError::AutoAlgorithm),
     })
+}
+
+/// Register tiles the untuned GEMM chooses from on AVX-512, in order of
+/// preference on equal cost.
+const AVX512_TILES: [(usize, usize); 4] = [(8, 48), (6, 64), (12, 32), (8, 16)];
+/// Cost factor of the orientation a layout does not produce directly (it
+/// packs the other operand per run and transposes C on its way out).
+const TRANSPOSED_COST: f64 = 1.1;
+
+/// The untuned GEMM schedule of a layer. On AVX-512 its register tile and
+/// vector axis are those of least modelled cost: the tiles' reduction steps
+/// over the padded matrix, each costing max(FMAs / 2, loads) cycles, since
+/// this machine retires two FMAs but about one vector load or broadcast per
+/// cycle (a tile loads `mr` broadcasts and `nr / 16` vectors per step). That
+/// matches the tile to the layer (no 12-row tile over 64 channels, and 16
+/// pixels on the rows rather than half a 32-pixel vector) without timing
+/// anything. Elsewhere it is `GemmSchedule::default()` in the layout's own
+/// orientation. Then the schedule gets work for `threads` threads: it
+/// parallelises the dimension with more blocks, and shrinks that
+/// dimension's block when neither has two per thread.
+pub fn default_gemm(w: &Workload, threads: usize, nhwc: bool) -> GemmSchedule {
+    let natural = if nhwc {
+        VectorAxis::OutputChannels
+    } else {
+        VectorAxis::Spatial
+    };
+    let (ocg, pix) = (w.out_channels_per_group(), w.out_pixels());
+    // Rows and columns of C when `vectors` runs along its columns.
+    let shape = |vectors: VectorAxis| match vectors {
+        VectorAxis::Spatial => (ocg, pix),
+        VectorAxis::OutputChannels => (pix, ocg),
+    };
+    let d = GemmSchedule::default();
+    let (mr, nr, vectors) = if Isa::detect() == Isa::Avx512 {
+        let other = match natural {
+            VectorAxis::Spatial => VectorAxis::OutputChannels,
+            VectorAxis::OutputChannels => VectorAxis::Spatial,
+        };
+        let cost = |(mr, nr): (usize, usize), vectors: VectorAxis| {
+            let (m, n) = shape(vectors);
+            let nv = nr / 16;
+            let step = ((mr * nv) as f64 / 2.0).max((mr + nv) as f64);
+            let factor = if vectors == natural {
+                1.0
+            } else {
+                TRANSPOSED_COST
+            };
+            (m.div_ceil(mr) * n.div_ceil(nr)) as f64 * step * factor
+        };
+        [natural, other]
+            .into_iter()
+            .flat_map(|v| AVX512_TILES.map(|t| (t, v)))
+            .min_by(|a, b| cost(a.0, a.1).total_cmp(&cost(b.0, b.1)))
+            .map(|((mr, nr), v)| (mr, nr, v))
+            .expect("candidates")
+    } else {
+        (d.mr, d.nr, natural)
+    };
+    // The largest kc whose B panel fits the L1 budget (16 KiB), and blocks
+    // of about 8 tiles of rows and 256 columns.
+    let kc = (4096 / nr).min(256);
+    let (m, n) = shape(vectors);
+    let want = 2 * threads;
+    let (mut mc, mut nc) = (8 * mr, (256 / nr).max(1) * nr);
+    let rows_parallel = m.div_ceil(mc) >= n.div_ceil(nc);
+    if rows_parallel && m.div_ceil(mc) < want {
+        mc = m.div_ceil(want).next_multiple_of(mr).min(mc);
+    } else if !rows_parallel && n.div_ceil(nc) < want {
+        nc = n.div_ceil(want).next_multiple_of(nr).min(nc);
+    }
+    // `ParallelLoop` names an output dimension: the rows' one, or the
+    // vectorised one.
+    let parallel = match (rows_parallel, vectors) {
+        (true, VectorAxis::Spatial) | (false, VectorAxis::OutputChannels) => {
+            ParallelLoop::OutputChannels
+        }
+        (false, VectorAxis::Spatial) | (true, VectorAxis::OutputChannels) => ParallelLoop::Spatial,
+    };
+    GemmSchedule {
+        mr,
+        nr,
+        kc,
+        mc,
+        nc,
+        parallel,
+        vectors,
+    }
 }
 
 /// Resolves a format choice for one layer's weights to BSR block sizes

@@ -50,5 +50,6 @@ pub use engine::Engine;
 pub use epilogue::Activation;
 pub use schedule::{
     DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
+    VectorAxis,
 };
 pub use workload::Workload;
