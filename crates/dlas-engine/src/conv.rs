@@ -77,18 +77,18 @@ pub fn default_schedule(
 /// Register tiles the untuned GEMM chooses from on AVX-512, in order of
 /// preference on equal cost.
 const AVX512_TILES: [(usize, usize); 4] = [(8, 48), (6, 64), (12, 32), (8, 16)];
-/// Cost factor of the orientation a layout does not produce directly (it
-/// packs the other operand per run and transposes C on its way out).
-const TRANSPOSED_COST: f64 = 1.1;
+/// Cycles per output value the orientation a layout does not produce
+/// directly adds: C is transposed on its way out, one value at a time.
+const TRANSPOSE_CYCLES: f64 = 4.0;
 
 /// The untuned GEMM schedule of a layer. On AVX-512 its register tile and
 /// vector axis are those of least modelled cost: the tiles' reduction steps
 /// over the padded matrix, each costing max(FMAs / 2, loads) cycles, since
 /// this machine retires two FMAs but about one vector load or broadcast per
-/// cycle (a tile loads `mr` broadcasts and `nr / 16` vectors per step). That
-/// matches the tile to the layer (no 12-row tile over 64 channels, and 16
-/// pixels on the rows rather than half a 32-pixel vector) without timing
-/// anything. Elsewhere it is `GemmSchedule::default()` in the layout's own
+/// cycle (a tile loads `mr` broadcasts and `nr / 16` vectors per step), plus
+/// the transpose of C when the axis is not the layout's own. That matches
+/// the tile to the layer (no 12-row tile over 64 channels, and 16 pixels on
+/// the rows rather than half a 32-pixel vector) without timing anything. Elsewhere it is `GemmSchedule::default()` in the layout's own
 /// orientation. Then the schedule gets work for `threads` threads: it
 /// parallelises the dimension with more blocks, and shrinks that
 /// dimension's block when neither has two per thread.
@@ -114,12 +114,13 @@ pub fn default_gemm(w: &Workload, threads: usize, nhwc: bool) -> GemmSchedule {
             let (m, n) = shape(vectors);
             let nv = nr / 16;
             let step = ((mr * nv) as f64 / 2.0).max((mr + nv) as f64);
-            let factor = if vectors == natural {
-                1.0
+            let steps = (m.div_ceil(mr) * n.div_ceil(nr) * w.reduction()) as f64;
+            let transpose = if vectors == natural {
+                0.0
             } else {
-                TRANSPOSED_COST
+                (m * n) as f64 * TRANSPOSE_CYCLES
             };
-            (m.div_ceil(mr) * n.div_ceil(nr)) as f64 * step * factor
+            steps * step + transpose
         };
         [natural, other]
             .into_iter()
