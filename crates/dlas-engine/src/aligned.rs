@@ -76,7 +76,10 @@ mod tests {
         v.resize(5);
         v.resize(40);
         assert_eq!(&v[..5], &[0.0, 1.0, 2.0, 3.0, 4.0]);
-        assert!(v[20..].iter().all(|&x| x == 0.0), "never-used values are zeros");
+        assert!(
+            v[20..].iter().all(|&x| x == 0.0),
+            "never-used values are zeros"
+        );
         assert_eq!(v.len(), 40);
     }
 }
