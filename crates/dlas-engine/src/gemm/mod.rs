@@ -140,7 +140,7 @@ thread_local! {
 /// a layer's tasks share (B packed once, a transposed C). The thread keeps
 /// a few: a layer may need two, and a thread waiting for its tasks may run
 /// another layer's (grouped convolutions run groups in parallel).
-fn with_kept_buffer<R>(f: impl FnOnce(&mut AlignedVec) -> R) -> R {
+pub(crate) fn with_kept_buffer<R>(f: impl FnOnce(&mut AlignedVec) -> R) -> R {
     let mut buf = KEPT.with_borrow_mut(Vec::pop).unwrap_or_default();
     let result = f(&mut buf);
     KEPT.with_borrow_mut(|kept| kept.push(buf));
