@@ -81,9 +81,20 @@ pub(crate) fn pack_columns(
         .for_each(|(p, panel)| {
             let cols = p * width..columns.min((p + 1) * width);
             let pixels = Window::new(w, cols.map(&pixel));
-            pixels.fill_f32(input, w, g, width, 0..krows, panel, isa);
+            // Blocks of rows in parallel too: small feature maps have a
+            // single panel.
+            panel
+                .par_chunks_mut(PACK_ROWS * width)
+                .enumerate()
+                .for_each(|(i, block)| {
+                    let rows = i * PACK_ROWS..krows.min((i + 1) * PACK_ROWS);
+                    pixels.fill_f32(input, w, g, width, rows, block, isa);
+                });
         });
 }
+
+/// Reduction rows of a panel packed per parallel task.
+const PACK_ROWS: usize = 128;
 
 /// The im2col matrix of [`pack_im2col`] in a new buffer, with each input
 /// value mapped by `f` (padding stays `T::default()`, so `f` must map the
