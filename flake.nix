@@ -34,6 +34,8 @@
             pkgs.cargo-insta
             pkgs.python3
             pkgs.dejavu_fonts
+            # The test that opens figures/index.html in a headless browser.
+            pkgs.chromium
             onnxruntime
           ];
           # The same variable `cargo xtask setup` fills from the pinned PyPI wheel.

@@ -21,8 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Regenerate (or with --check, compare) results, figures and tables.
-    /// Arguments go to `dlas reproduce` (--all, --figure N, --table N, --check, --study S).
+    /// Regenerate (or with --check, compare) results, compression facts, figures, tables,
+    /// claims and the report page. Arguments go to `dlas reproduce` (--all, --figure N,
+    /// --table N, --check, --study S, --results FILE...).
     Reproduce {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -39,7 +40,9 @@ enum Task {
         args: Vec<String>,
     },
     /// Benchmarks: `harness` (timing-loop overhead), `engine` (the native engine
-    /// per layer against the measured peak, per network against ONNX Runtime and tract).
+    /// per layer against the measured peak, per network against ONNX Runtime and tract),
+    /// `tune` (tuned against untuned native engine and against ONNX Runtime, with search time).
+    /// `cluster` (the coordinator with a synthetic fleet, docs/scaling.md).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -48,7 +51,8 @@ enum Task {
     Setup,
     /// Check what can be checked of the Nix flake offline.
     Flake,
-    /// The whole test suite: format, lints, tests and snapshots, reproduce --check, verify, flake.
+    /// The whole test suite: format, lints, tests, snapshots and the report page in
+    /// headless chromium, reproduce --check, verify, flake.
     Test,
 }
 

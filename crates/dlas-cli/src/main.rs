@@ -1,6 +1,7 @@
 //! `dlas`: plan, run and report the deep-learning acceleration stack study.
 
 mod cmd;
+mod facts;
 mod project;
 
 use clap::{Parser, Subcommand};
@@ -30,10 +31,16 @@ enum Command {
     Zoo(cmd::zoo::Command),
     /// Measure a study's combinations on devices and write results.
     Run(cmd::run::Args),
+    /// Search the schedules of a study's tuned native combinations on this machine.
+    Tune(cmd::tune::Args),
     /// Regenerate figures and tables (and the mocked results behind them).
     Reproduce(cmd::reproduce::Args),
     /// Compare two results files: per-combination ratios and rank agreement.
     Compare(cmd::compare::Args),
+    /// Throughput metrics of compiled against baseline configurations (RTR, ASE, BSR).
+    Metrics(cmd::metrics::Args),
+    /// Check the study's thirteen observations on results files.
+    Claims(cmd::claims::Args),
     /// Check that every runtime gives the same logits on the zoo's networks.
     Crosscheck(cmd::crosscheck::Args),
     /// Run a study across a fleet: Slurm job arrays per device, status, merge.
@@ -57,8 +64,11 @@ fn main() -> ExitCode {
             Command::Plan(args) => cmd::plan::run(&project, &args),
             Command::Zoo(command) => cmd::zoo::run(&project, &command),
             Command::Run(args) => cmd::run::run(&project, &args),
+            Command::Tune(args) => cmd::tune::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
             Command::Compare(args) => cmd::compare::run(&args),
+            Command::Metrics(args) => cmd::metrics::run(&args),
+            Command::Claims(args) => cmd::claims::run(&project, &args),
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
             Command::Bench(command) => cmd::bench::run(&project, &command),
             Command::Cluster(command) => cmd::cluster::run(&project, &command),

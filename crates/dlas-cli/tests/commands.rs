@@ -276,3 +276,70 @@ fn killed_host_run_resumes_without_duplicates() {
     let samples = std::fs::read_to_string(out.with_extension("samples.jsonl")).unwrap();
     assert!(samples.lines().count() >= 8);
 }
+
+#[test]
+fn claims_are_checked_on_each_results_file() {
+    let results = root().join("data/results/dlas");
+    let (mock, host) = (results.join("mock.csv"), results.join("host.csv"));
+    let (mock, host) = (mock.to_str().unwrap(), host.to_str().unwrap());
+    let out = ok(&["claims", mock, host]);
+    for file in [mock, host] {
+        assert!(out.contains(&format!("{file}\n")), "{out}");
+    }
+    // Thirteen verdicts per file, each with the devices it checked.
+    assert_eq!(out.matches("        devices: ").count(), 26, "{out}");
+    assert!(out.contains("  XIII  holds\n"), "{out}");
+    assert!(
+        out.contains("no cell measured on both i7 and hikey970-cpu"),
+        "the host run cannot test the hardware claim: {out}"
+    );
+    let markdown = ok(&["claims", "--markdown", mock]);
+    assert!(markdown.starts_with("# The study's observations, checked\n"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.csv");
+    let text = std::fs::read_to_string(root().join("data/results/dlas/host.csv")).unwrap();
+    std::fs::write(
+        &bad,
+        text.replacen(",native,false,host,1,", ",native,maybe,host,1,", 1),
+    )
+    .unwrap();
+    let err = fails(&["claims", bad.to_str().unwrap()]);
+    assert!(
+        err.contains("bad.csv:") && err.contains(": not a valid results row"),
+        "{err}"
+    );
+    let err = fails(&["claims"]);
+    assert!(err.contains("<RESULTS>..."), "{err}");
+}
+
+#[test]
+fn reproduce_check_names_every_file_that_differs() {
+    let out = ok(&["reproduce", "--table", "1", "--check"]);
+    assert!(out.starts_with("checked 4 files"), "{out}");
+    // Another results file is named in Table 3's footer: --check exits 1 and names the files.
+    let dir = tempfile::tempdir().unwrap();
+    let extra = dir.path().join("mine.csv");
+    std::fs::copy(root().join("data/results/dlas/host.csv"), &extra).unwrap();
+    let err = fails(&[
+        "reproduce",
+        "--table",
+        "3",
+        "--results",
+        extra.to_str().unwrap(),
+        "--check",
+    ]);
+    for file in ["table3.md", "table3.tex"] {
+        assert!(
+            err.contains(&format!(
+                "differs from the regenerated output: paper-tables/{file}"
+            )),
+            "{err}"
+        );
+    }
+    assert!(err.contains("of 4 files differ"), "{err}");
+    assert!(
+        !err.contains("table1"),
+        "only the selection is compared: {err}"
+    );
+}

@@ -1,10 +1,13 @@
 //! Slurm: one job script per device (an `sbatch --array` over its shards),
 //! submitted with `sbatch`, watched with `squeue`.
 
+use crate::manifest::{DeviceJob, Manifest, Placement};
+use crate::{SubmitConfig, quote};
 use anyhow::{Context, Result, bail};
-use dlas_core::{Filter, Plan, Shard, Study};
+use dlas_core::Study;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::Path;
 use std::process::Command;
 
 /// `device=partition[,constraint]` from `--map`.
@@ -37,148 +40,75 @@ impl std::str::FromStr for DeviceMap {
     }
 }
 
-/// Everything `submit` needs beyond the study.
+/// The Slurm side of a submission.
 #[derive(Debug, Clone)]
-pub struct SubmitConfig {
-    /// The `dlas` binary the tasks run (on a shared file system).
-    pub dlas: PathBuf,
-    pub project_root: PathBuf,
-    pub study_path: PathBuf,
-    pub filter: String,
+pub struct SlurmConfig {
+    /// One entry per device to run.
     pub map: Vec<DeviceMap>,
-    /// Shards per device; or derived from `runs_per_task`.
-    pub shards: Option<usize>,
-    /// Combinations per array task, when `shards` is not given.
-    pub runs_per_task: Option<usize>,
-    /// Shared results folder.
-    pub results_dir: PathBuf,
-    /// Extra `dlas run` arguments (e.g. `--runs 20`).
-    pub run_args: Vec<String>,
     /// Time limit per task, Slurm syntax.
     pub time_limit: String,
     /// Only write the scripts; do not call sbatch.
     pub dry_run: bool,
 }
 
-/// One device's job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeviceJob {
-    pub map: DeviceMap,
-    pub shards: usize,
-    pub script: PathBuf,
-    pub job_id: Option<String>,
-    /// Timing runs own their node (exclusive allocation).
-    pub exclusive: bool,
-    /// Planned combination ids per shard.
-    pub planned: Vec<Vec<String>>,
-}
-
-/// What was submitted: the record `status` and `collect` work from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub study: String,
-    pub filter: String,
-    pub jobs: Vec<DeviceJob>,
-}
-
-impl Manifest {
-    pub fn path(results_dir: &Path) -> PathBuf {
-        results_dir.join("cluster.json")
-    }
-
-    pub fn load(results_dir: &Path) -> Result<Manifest> {
-        let path = Manifest::path(results_dir);
-        let text = std::fs::read_to_string(&path).with_context(|| {
-            format!(
-                "cannot read {}; submit with `dlas cluster submit` first",
-                path.display()
-            )
-        })?;
-        serde_json::from_str(&text).with_context(|| format!("{} is not a manifest", path.display()))
-    }
-}
-
-/// The results file of one shard.
-pub fn shard_results(results_dir: &Path, device: &str, shard: usize) -> PathBuf {
-    results_dir.join(device).join(format!("shard-{shard}.csv"))
-}
-
 /// Writes one job script per mapped device and submits it.
-pub fn submit(study: &Study, config: &SubmitConfig) -> Result<Manifest> {
-    let filter = Filter::parse(&config.filter)?;
-    filter.check(study)?;
+pub fn submit(study: &Study, config: &SubmitConfig, slurm: &SlurmConfig) -> Result<Manifest> {
+    let devices: Vec<String> = slurm.map.iter().map(|m| m.device.clone()).collect();
+    if let Some(twice) = devices
+        .iter()
+        .enumerate()
+        .find_map(|(i, d)| devices[..i].contains(d).then_some(d))
+    {
+        bail!("--map names device `{twice}` twice; give each device one partition");
+    }
+    let plans = crate::plan_devices(study, config, &devices, |_| 1)?;
     std::fs::create_dir_all(config.results_dir.join("jobs"))?;
     std::fs::create_dir_all(config.results_dir.join("logs"))?;
     let mut jobs = Vec::new();
-    for map in &config.map {
-        study
-            .check_value("device", &map.device)
-            .map_err(|e| anyhow::anyhow!("in --map: {e}"))?;
-        let device_filter = Filter::parse(&format!("{},device={}", config.filter, map.device))?;
-        let plan = Plan::expand(study).filtered(&device_filter);
-        let total = plan.combinations.len();
-        if total == 0 {
-            bail!(
-                "the plan has no combination for device `{}` under this filter",
-                map.device
-            );
-        }
-        let shards = match (config.shards, config.runs_per_task) {
-            (Some(n), _) => n.clamp(1, total),
-            (None, Some(k)) => total.div_ceil(k.max(1)),
-            (None, None) => 1,
-        };
-        let planned = (0..shards)
-            .map(|index| {
-                plan.clone()
-                    .shard(Shard {
-                        index,
-                        count: shards,
-                    })
-                    .combinations
-                    .iter()
-                    .map(|c| c.id())
-                    .collect()
-            })
-            .collect();
+    for (map, plan) in slurm.map.iter().zip(&plans) {
+        let shards = plan.shards.len();
         let exclusive = map.device == "host";
         let script = config
             .results_dir
             .join("jobs")
             .join(format!("{}.sbatch", map.device));
-        std::fs::write(&script, job_script(study, config, map, shards, exclusive))
-            .with_context(|| format!("cannot write {}", script.display()))?;
-        let job_id = if config.dry_run {
+        std::fs::write(
+            &script,
+            job_script(study, config, slurm, map, shards, exclusive),
+        )
+        .with_context(|| format!("cannot write {}", script.display()))?;
+        let job_id = if slurm.dry_run {
             None
         } else {
             Some(sbatch(&script)?)
         };
         jobs.push(DeviceJob {
-            map: map.clone(),
+            device: map.device.clone(),
             shards,
-            script,
-            job_id,
             exclusive,
-            planned,
+            planned: plan.ids(),
+            placement: Placement::Slurm {
+                partition: map.partition.clone(),
+                constraint: map.constraint.clone(),
+                script,
+                job_id,
+            },
         });
     }
-    let manifest = Manifest {
+    Manifest {
         study: study.name.clone(),
+        study_path: config.study_path.clone(),
         filter: config.filter.clone(),
+        run_args: config.run_args.clone(),
         jobs,
-    };
-    let json = serde_json::to_string_pretty(&manifest)?;
-    dlas_core::atomic::write_atomic(&Manifest::path(&config.results_dir), json.as_bytes())?;
-    Ok(manifest)
-}
-
-fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
+    }
+    .save_merged(&config.results_dir)
 }
 
 fn job_script(
     study: &Study,
     config: &SubmitConfig,
+    slurm: &SlurmConfig,
     map: &DeviceMap,
     shards: usize,
     exclusive: bool,
@@ -191,7 +121,7 @@ fn job_script(
         s += &format!("#SBATCH --constraint={constraint}\n");
     }
     s += &format!("#SBATCH --array=0-{}\n", shards - 1);
-    s += &format!("#SBATCH --time={}\n", config.time_limit);
+    s += &format!("#SBATCH --time={}\n", slurm.time_limit);
     s += &format!(
         "#SBATCH --output={}/logs/{}-%a.log\n",
         dir.display(),
@@ -260,51 +190,31 @@ fn sbatch(script: &Path) -> Result<String> {
         .to_string())
 }
 
-/// State of each device's shards: from `squeue` while queued or running,
-/// from the shard's results file afterwards.
-pub fn status(results_dir: &Path) -> Result<Vec<(String, usize, String)>> {
-    let manifest = Manifest::load(results_dir)?;
+/// The array tasks Slurm still holds (`squeue`), by `jobid_task`, with
+/// their state in lower case; empty when no Slurm job was submitted.
+pub fn queued(manifest: &Manifest) -> Result<HashMap<String, String>> {
     let ids: Vec<&str> = manifest
         .jobs
         .iter()
-        .filter_map(|j| j.job_id.as_deref())
+        .filter_map(|j| match &j.placement {
+            Placement::Slurm { job_id, .. } => job_id.as_deref(),
+            Placement::Ssh(_) => None,
+        })
         .collect();
-    let mut queued: Vec<(String, String)> = Vec::new();
-    if !ids.is_empty() {
-        let output = Command::new("squeue")
-            .args(["-h", "-r", "-o", "%i %T", "-j", &ids.join(",")])
-            .output()
-            .context("cannot run squeue")?;
-        for line in String::from_utf8_lossy(&output.stdout).lines() {
-            if let Some((id, state)) = line.split_once(' ') {
-                queued.push((id.to_string(), state.to_lowercase()));
-            }
+    let mut queued = HashMap::new();
+    if ids.is_empty() {
+        return Ok(queued);
+    }
+    let output = Command::new("squeue")
+        .args(["-h", "-r", "-o", "%i %T", "-j", &ids.join(",")])
+        .output()
+        .context("cannot run squeue")?;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        if let Some((id, state)) = line.split_once(' ') {
+            queued.insert(id.to_string(), state.to_lowercase());
         }
     }
-    let mut out = Vec::new();
-    for job in &manifest.jobs {
-        for shard in 0..job.shards {
-            let task = job.job_id.as_ref().map(|j| format!("{j}_{shard}"));
-            let state = match queued.iter().find(|(id, _)| Some(id) == task.as_ref()) {
-                Some((_, state)) => state.clone(),
-                None => {
-                    let done = crate::collect::shard_done(
-                        results_dir,
-                        &job.map.device,
-                        shard,
-                        &job.planned[shard],
-                    );
-                    if done {
-                        "done".into()
-                    } else {
-                        "failed or not started".into()
-                    }
-                }
-            };
-            out.push((job.map.device.clone(), shard, state));
-        }
-    }
-    Ok(out)
+    Ok(queued)
 }
 
 #[cfg(test)]

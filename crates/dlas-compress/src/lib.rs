@@ -23,7 +23,7 @@ pub use compress::{Compressed, Request, compress};
 pub use evaluator::{Evaluator, Numerics, Tract};
 pub use int8::{Calibration, CalibrationMethod, Int8Params, quantize};
 pub use prune::{Scope, prune_weights};
-pub use report::{CompressionReport, Fidelity};
+pub use report::{CompressionReport, Fidelity, Footprint, footprint};
 pub use schedule::{choose_level, sweep_levels};
 
 use dlas_zoo::weights::{Params, Weights};

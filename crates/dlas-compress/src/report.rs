@@ -92,6 +92,46 @@ pub struct CompressionReport {
     pub fidelity: Fidelity,
 }
 
+/// What a pruned (or dense) float32 model stores and computes, without its
+/// fidelity: a sweep over many levels needs the counts at every level, and
+/// evaluating every level would cost far more than pruning it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Footprint {
+    /// Stored parameters that are not zero.
+    pub params: usize,
+    /// Bytes as the study stores the model (CSR for pruned weights).
+    pub bytes: u64,
+    /// Multiply-accumulates of non-zero weights at batch 1.
+    pub macs: u64,
+}
+
+/// The footprint of `weights` on `graph` stored as `technique`: dense float32,
+/// or CSR for the pruning techniques (channels zeroed, as the study runs them).
+/// Float16 and int8 change numerics rather than weights and are refused.
+pub fn footprint(
+    graph: &Graph,
+    weights: &Weights,
+    technique: Compression,
+) -> anyhow::Result<Footprint> {
+    anyhow::ensure!(
+        technique == Compression::Dense || technique.is_pruning(),
+        "{technique} has no float32 footprint; only dense and pruned models are counted without compressing"
+    );
+    crate::check_weights(graph, weights)?;
+    let s = size(
+        graph,
+        weights,
+        technique,
+        technique.is_pruning(),
+        &Numerics::F32,
+    );
+    Ok(Footprint {
+        params: s.params,
+        bytes: s.bytes,
+        macs: s.macs,
+    })
+}
+
 /// Convolution output channels of `graph` whose filter is not all zero.
 pub(crate) fn live_channels(graph: &Graph, weights: &Weights) -> usize {
     graph

@@ -1,6 +1,8 @@
 //! End-to-end: compress CIFAR networks, export, run in tract, and check the reports.
 
-use dlas_compress::{CalibrationMethod, Compressed, Removal, Request, Tract, compress};
+use dlas_compress::{
+    CalibrationMethod, Compressed, Footprint, Removal, Request, Tract, compress, footprint,
+};
 use dlas_core::{Compression, Dataset};
 use dlas_zoo::weights::{self, Weights};
 use dlas_zoo::{Graph, GraphBuilder, Op};
@@ -57,6 +59,24 @@ fn weight_pruning_report() {
     assert!(r.macs < r.macs_dense / 2);
     assert_eq!(r.density.len(), g.weighted_layers().count());
     assert!(r.fidelity.rel_l2 > 0.0 && r.fidelity.rel_l2 < 1.5);
+    // A sweep's counts without fidelity are the report's.
+    let counts = |params, bytes, macs| Footprint {
+        params,
+        bytes,
+        macs,
+    };
+    assert_eq!(
+        footprint(&g, &c.weights, Compression::WeightPruning).unwrap(),
+        counts(r.params, r.bytes, r.macs)
+    );
+    assert_eq!(
+        footprint(&g, &w, Compression::Dense).unwrap(),
+        counts(r.params_dense, r.bytes_dense, r.macs_dense)
+    );
+    let err = footprint(&g, &w, Compression::Int8)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("int8 has no float32 footprint"), "{err}");
     runs_in_tract(&c, dlas_onnx::Dtype::F32);
 }
 
@@ -88,6 +108,11 @@ fn channel_pruning_reports_in_both_modes() {
     // Removed channels need no index: smaller in bytes than zeros in CSR.
     assert!(removed.report.bytes < zero.report.bytes);
     assert!(removed.report.density.values().all(|d| *d == 1.0));
+    let counted = footprint(&g, &zero.weights, Compression::ChannelPruning).unwrap();
+    assert_eq!(
+        (counted.params, counted.bytes, counted.macs),
+        (zero.report.params, zero.report.bytes, zero.report.macs)
+    );
     runs_in_tract(&removed, dlas_onnx::Dtype::F32);
 }
 

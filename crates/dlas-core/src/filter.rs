@@ -57,6 +57,11 @@ impl Filter {
             .all(|(axis, values)| combination.get(axis).is_some_and(|v| values.contains(&v)))
     }
 
+    /// Whether the filter constrains `axis` at all.
+    pub fn names(&self, axis: &str) -> bool {
+        self.terms.contains_key(axis)
+    }
+
     /// The value the filter pins an axis to, if it names exactly one.
     pub fn single(&self, axis: &str) -> Option<&str> {
         match self.terms.get(axis).map(Vec::as_slice) {
@@ -76,6 +81,7 @@ mod tests {
         assert_eq!(f.terms["model"], vec!["resnet18", "vgg16", "mobilenetv1"]);
         assert_eq!(f.single("device"), Some("i7"));
         assert_eq!(f.single("model"), None);
+        assert!(f.names("device") && !f.names("batch"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::schedule::Schedule;
 use dlas_core::{Algorithm, Layout};
 use dlas_zoo::quant::QuantParams;
+use serde::{Deserialize, Serialize};
 
 /// How weights are stored. `Auto` measures each layer's weight density.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,7 +22,8 @@ pub enum FormatChoice {
 
 /// Storage type of weights and activations. Arithmetic is always f32:
 /// F16 halves the bytes moved, not the work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DType {
     F32,
     /// Weights and activations stored as IEEE binary16.

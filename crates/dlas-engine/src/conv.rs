@@ -203,7 +203,7 @@ fn task_panels(panels: usize, threads: usize, max: usize) -> (usize, f64) {
 
 /// Resolves a format choice for one layer's weights to BSR block sizes
 /// (`None`: dense; CSR is 1x1 blocks).
-fn resolve_format(
+pub(crate) fn resolve_format(
     choice: FormatChoice,
     w: &Workload,
     weights: &[f32],
@@ -231,6 +231,42 @@ fn resolve_format(
                     .or(Some((1, 1)))
             }
         }
+    })
+}
+
+/// The algorithm whose kernel runs a layer of shape `w` with weight blocks
+/// `blocks` under `config`, or why `config` cannot run it.
+///
+/// A depthwise layer (one input and one output channel per group) is a
+/// stack of 2-D stencils: im2col would build a one-row GEMM per channel and
+/// spatial pack would fill one lane of each vector, so in fp32 NCHW every
+/// algorithm runs it with the sliding-window kernel, as TVM and XNNPACK do.
+/// `Conv2d::kernel_name` reports what ran.
+pub(crate) fn kernel_algorithm(
+    config: &EngineConfig,
+    w: &Workload,
+    blocks: Option<(usize, usize)>,
+) -> Result<Algorithm, ConfigError> {
+    let nhwc = config.layout == Layout::Nhwc;
+    let half = config.dtype == DType::F16;
+    let what = || match blocks {
+        Some(_) => "sparse weights".to_string(),
+        None => config.algorithm.to_string(),
+    };
+    if nhwc && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
+        return Err(ConfigError::Nhwc(what()));
+    }
+    if half && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
+        return Err(ConfigError::F16(what()));
+    }
+    let depthwise =
+        w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
+    Ok(match config.algorithm {
+        Algorithm::Auto => return Err(ConfigError::AutoAlgorithm),
+        Algorithm::Gemm | Algorithm::SpatialPack if depthwise && !half && !nhwc => {
+            Algorithm::Direct
+        }
+        a => a,
     })
 }
 
@@ -264,34 +300,19 @@ impl Conv2d {
             )?,
         };
         let nhwc = config.layout == Layout::Nhwc;
-        if nhwc && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
-            let what = match blocks {
-                Some(_) => "sparse weights".to_string(),
-                None => config.algorithm.to_string(),
-            };
-            return Err(ConfigError::Nhwc(what).into());
-        }
         let half = config.dtype == DType::F16;
-        if half && (config.algorithm != Algorithm::Gemm || blocks.is_some()) {
-            let what = match blocks {
-                Some(_) => "sparse weights".to_string(),
-                None => config.algorithm.to_string(),
-            };
-            return Err(ConfigError::F16(what).into());
-        }
         schedule.validate(&w)?;
         // A depthwise layer (one input and one output channel per group) is
-        // a stack of 2-D stencils; in fp32 NCHW with dense weights every
-        // algorithm runs it with the depthwise kernel (see `depthwise`), and
-        // with sparse weights (or kernels over 7x7) with the sliding-window one. `kernel_name`
+        // a stack of 2-D stencils; in fp32 NCHW every algorithm runs it as
+        // direct (see `kernel_algorithm`): with dense weights and kernels up to
+        // 7x7 the vectorised depthwise kernel, otherwise the sliding-window
+        // one. A direct schedule, tuned or given, drives both. `kernel_name`
         // reports what ran.
         let depthwise =
             w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
         let stencil = blocks.is_none() && w.kernel * w.kernel <= depthwise::MAX_TAPS;
-        let kernel = match (config.algorithm, schedule) {
-            (Algorithm::Direct | Algorithm::Gemm | Algorithm::SpatialPack, _)
-                if depthwise && !half && !nhwc =>
-            {
+        let kernel = match (kernel_algorithm(config, &w, blocks)?, schedule) {
+            (Algorithm::Direct, schedule) if depthwise && !half && !nhwc => {
                 let s = match schedule {
                     Schedule::Direct(s) => s,
                     _ => DirectSchedule::default(),
@@ -316,11 +337,10 @@ impl Conv2d {
             (Algorithm::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, blocks))
             }
-            (Algorithm::Auto, _) => return Err(ConfigError::AutoAlgorithm.into()),
-            (algorithm, s) => {
+            (_, s) => {
                 return Err(ConfigError::ScheduleMismatch {
                     given: s.algorithm_name(),
-                    algorithm,
+                    algorithm: config.algorithm,
                 }
                 .into());
             }

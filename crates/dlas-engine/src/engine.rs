@@ -10,7 +10,7 @@ use crate::config::{ConfigError, DType, EngineConfig};
 use crate::conv::Conv2d;
 use crate::epilogue::Activation;
 use crate::ops;
-use crate::workload::Workload;
+use crate::tuning::{LayerKey, ScheduleTable, workload_of};
 use dlas_core::Layout;
 use dlas_zoo::quant::ActivationQuant;
 use dlas_zoo::weights::{Params, Weights};
@@ -137,6 +137,7 @@ pub struct Engine {
     /// int8 only: the quantiser of every node's output.
     quant: Option<Vec<ActivationQuant>>,
     pool: rayon::ThreadPool,
+    default_scheduled: Vec<LayerKey>,
     /// f32 activation buffers of earlier runs, for later runs to reuse.
     arena: Arena,
 }
@@ -215,11 +216,25 @@ fn bn_affine(p: Option<&Params>) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
 }
 
 impl Engine {
-    /// Compiles `graph` with `weights` for `config`.
+    /// Compiles `graph` with `weights` for `config`, every layer with its
+    /// default (untuned) schedule unless `config` names one.
     pub fn compile(
         graph: &Graph,
         weights: &Weights,
         config: &EngineConfig,
+    ) -> anyhow::Result<Engine> {
+        Engine::compile_with(graph, weights, config, &ScheduleTable::default())
+    }
+
+    /// Compiles `graph` with the tuned schedules of `tuned` where it has
+    /// one for a layer's [`LayerKey`]; other layers run their default
+    /// (listed by [`Engine::default_scheduled`]). A schedule in `config`
+    /// overrides both.
+    pub fn compile_with(
+        graph: &Graph,
+        weights: &Weights,
+        config: &EngineConfig,
+        tuned: &ScheduleTable,
     ) -> anyhow::Result<Engine> {
         if config.threads == 0 {
             return Err(ConfigError::Threads.into());
@@ -257,41 +272,21 @@ impl Engine {
         };
         let mut fused = vec![false; n];
         let mut steps = Vec::new();
+        let mut default_scheduled = Vec::new();
         for (id, node) in graph.nodes.iter().enumerate().skip(1) {
             if fused[id] {
                 continue;
             }
             let params = weights.by_node[id].as_ref();
-            let shape_of = |i: NodeId| graph.nodes[i].shape;
             let (end, step) = match &node.op {
                 Op::Conv(_) | Op::Linear { .. } => {
-                    let (w, mut wt, bias) = match (&node.op, params) {
-                        (Op::Conv(c), Some(Params::Conv { weight, bias })) => {
-                            let [_, h, wd] = shape_of(node.inputs[0]);
-                            let w = Workload::new(
-                                c.in_channels,
-                                c.out_channels,
-                                c.kernel,
-                                c.stride,
-                                c.padding,
-                                c.groups,
-                                h,
-                                wd,
-                            );
-                            (
-                                w,
-                                weight.iter().map(|&v| v as f64).collect::<Vec<_>>(),
-                                bias.clone(),
-                            )
-                        }
-                        (
-                            Op::Linear {
-                                in_features,
-                                out_features,
-                            },
-                            Some(Params::Linear { weight, bias }),
-                        ) => (
-                            Workload::new(*in_features, *out_features, 1, 1, 0, 1, 1, 1),
+                    let w = workload_of(graph, id).expect("a convolution or linear node");
+                    let (mut wt, bias) = match params {
+                        Some(Params::Conv { weight, bias }) => (
+                            weight.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+                            bias.clone(),
+                        ),
+                        Some(Params::Linear { weight, bias }) => (
                             weight.iter().map(|&v| v as f64).collect(),
                             Some(bias.clone()),
                         ),
@@ -351,7 +346,24 @@ impl Engine {
                             let (qi, qo) = (q.activations[node.inputs[0]], q.activations[end]);
                             Conv2d::new_int8(w, &wt, Some(&bf), act, &scales, qi, qo, config)
                         }
-                        None => Conv2d::new(w, &wt, Some(&bf), act, config),
+                        None => {
+                            let key = LayerKey::of(w, &wt, config)?;
+                            match tuned.get(&key).filter(|_| config.schedule.is_none()) {
+                                Some(schedule) => {
+                                    let layer = EngineConfig {
+                                        schedule: Some(schedule),
+                                        ..config.clone()
+                                    };
+                                    Conv2d::new(w, &wt, Some(&bf), act, &layer)
+                                }
+                                None => {
+                                    if config.schedule.is_none() {
+                                        default_scheduled.push(key);
+                                    }
+                                    Conv2d::new(w, &wt, Some(&bf), act, config)
+                                }
+                            }
+                        }
                     }
                     .map_err(|e| e.context(format!("layer {}", node.name)))?;
                     (
@@ -467,8 +479,16 @@ impl Engine {
             dtype: config.dtype,
             quant: quant.map(|q| q.activations.clone()),
             pool,
+            default_scheduled,
             arena: Arena::default(),
         })
+    }
+
+    /// The fp32 and fp16 layers that run their default schedule because
+    /// neither the configuration nor the tuned table gave them one (int8
+    /// layers have no schedule and are never listed).
+    pub fn default_scheduled(&self) -> &[LayerKey] {
+        &self.default_scheduled
     }
 
     /// The convolution and linear layers after fusion, in execution order.

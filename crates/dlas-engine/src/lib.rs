@@ -41,6 +41,7 @@ mod sparse;
 mod spatial_pack;
 #[cfg(test)]
 mod testing;
+pub mod tuning;
 mod weights;
 pub mod workload;
 
@@ -52,4 +53,5 @@ pub use schedule::{
     DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
     VectorAxis,
 };
+pub use tuning::{LayerKey, ScheduleTable, workload_of};
 pub use workload::Workload;

@@ -9,9 +9,11 @@
 use crate::gemm::tile_isa;
 use crate::isa::Isa;
 use crate::workload::Workload;
+use serde::{Deserialize, Serialize};
 
 /// Which loop of a kernel is split across the thread pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ParallelLoop {
     /// Output channels (rows of the weight matrix).
     OutputChannels,
@@ -25,10 +27,14 @@ pub enum ParallelLoop {
 /// `mr + nr / lanes` loads per reduction step, so when one dimension is
 /// small (16 pixels at ResNet's 4x4 maps) vectorising the other keeps the
 /// tile full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// Tuning records written before this knob existed lack it and mean
+/// `Spatial`, the only form the GEMM had then (hence the serde default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum VectorAxis {
     /// Output pixels: C is (output channels x pixels), the weights are A.
     /// The natural form of NCHW.
+    #[default]
     Spatial,
     /// Output channels: C is (pixels x output channels), the weights are B.
     /// The natural form of NHWC; for NCHW, C is transposed on its way out.
@@ -37,7 +43,7 @@ pub enum VectorAxis {
 
 /// Sliding-window convolution: each task owns `oc_block` output channels
 /// over `row_block` output rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DirectSchedule {
     pub oc_block: usize,
     pub row_block: usize,
@@ -55,7 +61,7 @@ impl Default for DirectSchedule {
 /// im2col + blocked GEMM. The microkernel computes an `mr` x `nr` tile of C
 /// in registers; `kc`, `mc`, `nc` block K, M and N for the caches; M and N
 /// are the output's channels and pixels, in the order `vectors` says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GemmSchedule {
     pub mr: usize,
     /// A multiple of the vector width (8 f32 lanes on AVX2; a multiple of
@@ -66,6 +72,7 @@ pub struct GemmSchedule {
     pub nc: usize,
     pub parallel: ParallelLoop,
     /// Which output dimension is N, the one `nr` vectorises.
+    #[serde(default)]
     pub vectors: VectorAxis,
 }
 
@@ -92,7 +99,7 @@ impl Default for GemmSchedule {
 
 /// Spatial pack: an output tile of `vh` x `vw` pixels times `vc` output
 /// channels (the vector) is accumulated at once from a padded input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SpatialPackSchedule {
     pub vc: usize,
     pub vh: usize,
@@ -112,7 +119,8 @@ impl Default for SpatialPackSchedule {
 }
 
 /// The schedule of one algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "algorithm", rename_all = "kebab-case")]
 pub enum Schedule {
     Direct(DirectSchedule),
     Gemm(GemmSchedule),

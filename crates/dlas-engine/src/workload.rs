@@ -1,10 +1,11 @@
 //! The shape of one convolution on one sample: what schedules are validated
 //! against and what kernels are built for.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A grouped 2-D convolution with square kernel, stride and symmetric padding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Workload {
     pub in_channels: usize,
     pub out_channels: usize,

@@ -143,7 +143,7 @@ pub fn time_table(inputs: &Inputs, number: usize, dataset: Dataset, kind: Device
         rows,
         footer: format!(
             "Source: {}; devices: {}. '-': not measured (excluded by a study rule, or not run).",
-            inputs.result_files.join(", "),
+            inputs.file_list(),
             if devices.is_empty() {
                 "none".into()
             } else {

@@ -3,24 +3,107 @@
 //! Numbering is fixed: reviewers and `--figure N` depend on it.
 
 use crate::analysis;
+use crate::claims::{self, Checked, Context, Network};
+use crate::compression::{LayerSlice, RecordedAccuracy, Sweeps};
 use crate::figure::{Body, FigureData, Panel, Series};
+use crate::illustrations;
 use crate::table::Table;
 use anyhow::{Result, bail};
 use dlas_core::{Algorithm, Compression, Dataset, ResultRow, Study};
 use dlas_devices::DeviceKind;
 use dlas_devices::DeviceSpec;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::PathBuf;
 
 /// Everything a report is computed from.
 pub struct Inputs<'a> {
     pub study: &'a Study,
+    /// The rows of every results file, in file order.
     pub results: &'a [ResultRow],
     pub specs: &'a [DeviceSpec],
-    /// Files the results were read from, named in footers.
-    pub result_files: Vec<String>,
+    /// Files the results were read from, named in footers and checked one
+    /// by one in Table 8.
+    pub result_files: Vec<ResultsFile>,
     /// The measured machines behind real results.
     pub hosts: Vec<HostSummary>,
+    /// The pruning sweeps of the study's networks (`data/compression/`);
+    /// empty when the selection draws none of them.
+    pub sweeps: &'a Sweeps,
+    /// The layer Figure 2 shows, when the selection draws it.
+    pub layer: Option<&'a LayerSlice>,
+    /// Recorded accuracies (`data/accuracy/published.csv`).
+    pub accuracy: &'a [RecordedAccuracy],
+}
+
+/// A results file and its rows in [`Inputs::results`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultsFile {
+    /// The path as the user named it (relative to the project when inside it).
+    pub path: String,
+    pub rows: Range<usize>,
+}
+
+impl Inputs<'_> {
+    /// The results files, comma separated, for footers.
+    pub fn file_list(&self) -> String {
+        self.result_files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The observations checked on each results file on its own.
+    pub fn claims(&self) -> Vec<Checked> {
+        let networks = networks_of(self.study);
+        let kinds = device_kinds(self.specs);
+        self.result_files
+            .iter()
+            .map(|f| {
+                let context = Context {
+                    rows: &self.results[f.rows.clone()],
+                    kinds: &kinds,
+                    networks: &networks,
+                    sweeps: self.sweeps,
+                    accuracy: self.accuracy,
+                };
+                Checked {
+                    file: f.path.clone(),
+                    outcomes: claims::check_all(&context)
+                        .into_iter()
+                        .map(|(_, outcome)| outcome)
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The size of every zoo network of `study` (user ONNX files have none).
+pub fn networks_of(study: &Study) -> Vec<Network> {
+    study
+        .models()
+        .into_iter()
+        .filter_map(|(dataset, model)| {
+            let net = dlas_zoo::find(dataset, &model).ok()?;
+            Some(Network {
+                dataset,
+                params: (net.build)().params(),
+                model,
+            })
+        })
+        .collect()
+}
+
+/// The kind of every specified device, and of `host`: the runner measures
+/// the host's CPU only.
+pub fn device_kinds(specs: &[DeviceSpec]) -> BTreeMap<String, DeviceKind> {
+    specs
+        .iter()
+        .map(|s| (s.id.clone(), s.kind))
+        .chain([("host".to_string(), DeviceKind::Cpu)])
+        .collect()
 }
 
 /// What Table 1 shows of a measured machine (from its environment record).
@@ -48,23 +131,41 @@ pub struct Artifact {
     pub bytes: Vec<u8>,
 }
 
-/// Tables implemented so far, by number.
-pub const TABLES: &[usize] = &[1, 2, 3, 4, 5, 6, 7];
-/// Figures implemented so far, by number.
-pub const FIGURES: &[usize] = &[4, 5, 6, 7, 8];
+/// The study's tables, by number.
+pub const TABLES: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
+/// The study's figures, by number.
+pub const FIGURES: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
+/// The claims, with how each is checked (beside Table 8).
+pub const CLAIMS: &str = "paper-tables/claims.md";
+/// The page a reviewer opens.
+pub const PAGE: &str = "figures/index.html";
 
-/// Builds the selected artifacts.
+/// Whether a selection draws the compression facts (the sweeps, the layer
+/// of Figure 2), which take seconds to compute.
+pub fn needs_compression(selection: Selection) -> bool {
+    matches!(
+        selection,
+        Selection::All | Selection::Figure(2 | 3 | 7) | Selection::Table(2 | 5 | 8)
+    )
+}
+
+/// Builds the selected artifacts; everything adds the report page.
 pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
     let (tables, figures): (Vec<usize>, Vec<usize>) = match selection {
         Selection::All => (TABLES.to_vec(), FIGURES.to_vec()),
         Selection::Table(n) if TABLES.contains(&n) => (vec![n], vec![]),
         Selection::Figure(n) if FIGURES.contains(&n) => (vec![], vec![n]),
-        Selection::Table(n) => bail!("no table {n} in this artifact yet; tables: {TABLES:?}"),
-        Selection::Figure(n) => bail!("no figure {n} in this artifact yet; figures: {FIGURES:?}"),
+        Selection::Table(n) => bail!("there is no table {n}; tables: {TABLES:?}"),
+        Selection::Figure(n) => bail!("there is no figure {n}; figures: {FIGURES:?}"),
     };
+    let checked = (tables.contains(&8) || selection == Selection::All).then(|| inputs.claims());
     let mut out = Vec::new();
+    let mut built_tables = Vec::new();
     for n in tables {
-        let t = table(n, inputs)?;
+        let t = match (n, &checked) {
+            (8, Some(checked)) => claims::table(checked),
+            _ => table(n, inputs)?,
+        };
         let stem = format!("paper-tables/table{n}");
         out.push(Artifact {
             path: format!("{stem}.md").into(),
@@ -78,7 +179,15 @@ pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
             path: format!("{stem}.tex").into(),
             bytes: t.latex().into_bytes(),
         });
+        built_tables.push(t);
     }
+    if let Some(checked) = &checked {
+        out.push(Artifact {
+            path: CLAIMS.into(),
+            bytes: claims::markdown(checked).into_bytes(),
+        });
+    }
+    let mut built_figures = Vec::new();
     for n in figures {
         let f = figure(n, inputs)?;
         let svg = f
@@ -89,11 +198,26 @@ pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
             .map_err(|e| anyhow::anyhow!("cannot draw figure {n}: {e}"))?;
         out.push(Artifact {
             path: format!("figures/figure{n}.svg").into(),
-            bytes: svg.into_bytes(),
+            bytes: svg.clone().into_bytes(),
         });
         out.push(Artifact {
             path: format!("figures/figure{n}.png").into(),
             bytes: png,
+        });
+        built_figures.push((f, svg));
+    }
+    if let (Selection::All, Some(checked)) = (selection, &checked) {
+        let page = crate::page::Page {
+            study: inputs.study,
+            hosts: &inputs.hosts,
+            files: &inputs.file_list(),
+            tables: &built_tables,
+            figures: &built_figures,
+            claims: checked,
+        };
+        out.push(Artifact {
+            path: PAGE.into(),
+            bytes: page.html().into_bytes(),
         });
     }
     Ok(out)
@@ -129,23 +253,31 @@ pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
             Dataset::Imagenet,
             DeviceKind::Gpu,
         )),
-        _ => bail!("no table {n} in this artifact yet; tables: {TABLES:?}"),
+        8 => Ok(claims::table(&inputs.claims())),
+        _ => bail!("there is no table {n}; tables: {TABLES:?}"),
     }
 }
 
 /// Figure `n` as data.
 pub fn figure(n: usize, inputs: &Inputs) -> Result<FigureData> {
     match n {
+        1 => Ok(illustrations::stack(inputs)),
+        2 => illustrations::layer(inputs),
+        3 => Ok(illustrations::sweeps(inputs)),
         4 => Ok(inference_time(inputs)),
         5 => Ok(analysis::compression_speedup(inputs, native_footer(inputs))),
         6 => Ok(analysis::best_algorithm(inputs, native_footer(inputs))),
         7 => Ok(analysis::expected_vs_achieved(
             inputs,
-            &|d, m, c| remaining_macs_ratio(inputs, d, m, c),
-            native_footer(inputs),
+            &|d, m, c| inputs.sweeps.expected_speedup(d, m, c),
+            format!(
+                "{} Expected speedups: {}.",
+                native_footer(inputs),
+                crate::compression::sweep_path(&inputs.study.name)
+            ),
         )),
         8 => Ok(analysis::tuning_speedup(inputs, native_footer(inputs))),
-        _ => bail!("no figure {n} in this artifact yet; figures: {FIGURES:?}"),
+        _ => bail!("there is no figure {n}; figures: {FIGURES:?}"),
     }
 }
 
@@ -231,7 +363,26 @@ fn hardware(inputs: &Inputs) -> Table {
     }
 }
 
+/// Tables 2 and 5: each network's size and work, its recorded accuracy,
+/// and what each pruning technique leaves at the chosen level.
 fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
+    let pruning = [Compression::WeightPruning, Compression::ChannelPruning];
+    let top1 = |model: &str, technique: Compression, level: Option<f64>| {
+        inputs
+            .accuracy
+            .iter()
+            .find(|a| {
+                a.dataset == dataset
+                    && a.model == model
+                    && a.technique == technique
+                    && match (a.level, level) {
+                        (Some(a), Some(b)) => (a - b).abs() < 1e-9,
+                        (None, None) => true,
+                        _ => false,
+                    }
+            })
+            .map_or_else(|| "-".to_string(), |a| a.top1.to_string())
+    };
     let mut rows = Vec::new();
     for (d, model) in inputs.study.models() {
         if d != dataset {
@@ -239,32 +390,87 @@ fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
         }
         let net = dlas_zoo::find(d, &model)?;
         let graph = (net.build)();
-        rows.push(vec![
-            model,
+        let mut row = vec![
+            model.clone(),
             graph.params().to_string(),
             net.published_params.to_string(),
             format!("{:.2}", graph.macs() as f64 / 1e6),
             graph.weighted_layers().count().to_string(),
-            net.reference.to_string(),
-        ]);
+            top1(&model, Compression::Dense, None),
+        ];
+        for technique in pruning {
+            match inputs.sweeps.chosen(d, &model, technique) {
+                Some(p) => row.extend([
+                    dlas_core::plan::format_level(p.level),
+                    inputs
+                        .sweeps
+                        .compression_ratio(p)
+                        .map_or("-".into(), |r| format!("{r:.2}")),
+                    inputs
+                        .sweeps
+                        .macs_left(p)
+                        .map_or("-".into(), |m| format!("{:.1}", 100.0 * m)),
+                    top1(&model, technique, Some(p.level)),
+                ]),
+                None => row.extend(["-".to_string(), "-".into(), "-".into(), "-".into()]),
+            }
+        }
+        for technique in [Compression::Fp16, Compression::Int8] {
+            row.push(top1(&model, technique, None));
+        }
+        row.push(net.reference.to_string());
+        row.push(
+            inputs
+                .accuracy
+                .iter()
+                .find(|a| {
+                    a.dataset == dataset && a.model == model && a.technique == Compression::Dense
+                })
+                .map_or_else(|| "-".to_string(), |a| a.source.clone()),
+        );
+        rows.push(row);
     }
+    let mut columns: Vec<String> = [
+        "model",
+        "params",
+        "published params",
+        "MACs (M)",
+        "conv+linear layers",
+        "dense top-1 (%)",
+    ]
+    .map(String::from)
+    .to_vec();
+    for technique in pruning {
+        for column in [
+            "level",
+            "compression ratio (x)",
+            "MACs left (%)",
+            "top-1 (%)",
+        ] {
+            columns.push(format!("{technique} {column}"));
+        }
+    }
+    columns.extend(
+        [
+            "fp16 top-1 (%)",
+            "int8 top-1 (%)",
+            "definition",
+            "dense top-1 source",
+        ]
+        .map(String::from),
+    );
     Ok(Table {
         number,
-        title: format!("{dataset} networks"),
-        columns: [
-            "model",
-            "params",
-            "published params",
-            "MACs (M)",
-            "conv+linear layers",
-            "definition",
-        ]
-        .map(String::from)
-        .to_vec(),
+        title: format!("{dataset} networks and their compression at the chosen level"),
+        columns,
         rows,
-        footer: "Source: the zoo's graph IR (crates/dlas-zoo); MACs count convolution and linear \
-                 multiply-accumulates at batch 1. Accuracy columns arrive with the compression stage."
-            .into(),
+        footer: format!(
+            "Source: the zoo's graph IR (crates/dlas-zoo; MACs count convolution and linear multiply-accumulates at batch 1); \
+             pruning at the chosen level: {} (dlas-compress on the zoo's seeded weights; compression ratio = dense over non-zero parameters); \
+             accuracy: data/accuracy/published.csv ('-': not recorded; never estimated). \
+             Output fidelity of each compressed network against dense: `dlas compress MODEL --dataset {dataset} --technique T`. No results enter this table.",
+            crate::compression::sweep_path(&inputs.study.name)
+        ),
     })
 }
 
@@ -341,27 +547,6 @@ fn native_footer(inputs: &Inputs) -> String {
     footer(inputs, &devices)
 }
 
-/// Dense MACs over the MACs left by pruning (the speedup a reader would
-/// expect), from the per-layer densities of the pruned pinned weights.
-fn remaining_macs_ratio(
-    inputs: &Inputs,
-    dataset: Dataset,
-    model: &str,
-    c: Compression,
-) -> Option<f64> {
-    let entry = inputs.study.compressions.iter().find(|e| e.id == c)?;
-    let level = inputs.study.level(entry, model);
-    let graph = (dlas_zoo::find(dataset, model).ok()?.build)();
-    let densities = dlas_devices::run::pruned_densities(&graph, c, level).ok()?;
-    let (mut dense, mut left) = (0.0, 0.0);
-    for node in graph.weighted_layers() {
-        let macs = node.macs() as f64;
-        dense += macs;
-        left += macs * densities.get(&node.name).copied().unwrap_or(1.0);
-    }
-    (left > 0.0).then(|| dense / left)
-}
-
 /// "Source: …" line naming the devices and result files behind a figure.
 fn footer(inputs: &Inputs, devices: &[String]) -> String {
     let sources: BTreeSet<&str> = inputs
@@ -372,7 +557,7 @@ fn footer(inputs: &Inputs, devices: &[String]) -> String {
         .collect();
     format!(
         "Source: {} ({}); devices: {}.",
-        inputs.result_files.join(", "),
+        inputs.file_list(),
         sources.into_iter().collect::<Vec<_>>().join(", "),
         devices.join(", ")
     )

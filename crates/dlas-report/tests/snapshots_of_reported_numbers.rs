@@ -1,30 +1,14 @@
-//! Every number of every table and every data series of every figure, from
-//! the committed results, as insta snapshots: a change to a reported number
-//! is a snapshot diff that someone must accept.
+//! Every number of every table, every data series of every figure and every
+//! verdict with its evidence, from the committed results and compression
+//! facts, as insta snapshots: a change to a reported number is a snapshot
+//! diff that someone must accept.
 
-use dlas_core::{Study, results};
-use dlas_report::Inputs;
+mod common;
+
+use common::with_inputs;
 use dlas_report::catalogue::{FIGURES, TABLES, figure, table};
-use std::path::{Path, PathBuf};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn with_inputs(f: impl FnOnce(&Inputs)) {
-    let root = root();
-    let study = Study::load("dlas", &root.join("data/studies")).unwrap();
-    let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
-    let rows = results::read_results(&root.join("data/results/dlas/mock.csv")).unwrap();
-    let inputs = Inputs {
-        study: &study,
-        results: &rows,
-        specs: &specs,
-        result_files: vec!["data/results/dlas/mock.csv".into()],
-        hosts: vec![],
-    };
-    f(&inputs);
-}
+use dlas_report::claims::{self, Context};
+use serde::Serialize;
 
 #[test]
 fn tables() {
@@ -42,5 +26,35 @@ fn figure_data_series() {
             let data = figure(n, inputs).unwrap().rounded();
             insta::assert_yaml_snapshot!(format!("figure{n}"), data);
         }
+    });
+}
+
+/// An observation's verdict as the snapshot shows it.
+#[derive(Serialize)]
+struct Verdict {
+    observation: &'static str,
+    outcome: claims::Outcome,
+}
+
+#[test]
+fn claims_on_the_mocked_devices() {
+    with_inputs(|inputs| {
+        let networks = dlas_report::catalogue::networks_of(inputs.study);
+        let kinds = dlas_report::catalogue::device_kinds(inputs.specs);
+        let context = Context {
+            rows: inputs.results,
+            kinds: &kinds,
+            networks: &networks,
+            sweeps: inputs.sweeps,
+            accuracy: inputs.accuracy,
+        };
+        let verdicts: Vec<Verdict> = claims::check_all(&context)
+            .into_iter()
+            .map(|(o, outcome)| Verdict {
+                observation: o.numeral,
+                outcome,
+            })
+            .collect();
+        insta::assert_yaml_snapshot!("claims_mock", verdicts);
     });
 }

@@ -28,6 +28,57 @@ const FLAGS_OF_INTEREST: &[&str] = &[
     "sve",
 ];
 
+/// What a kernel's speed depends on: the CPU model, its vector features
+/// and how many logical CPUs there are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cpu {
+    pub model: String,
+    pub flags: Vec<String>,
+    pub logical_cpus: usize,
+}
+
+impl Cpu {
+    pub fn detect() -> Cpu {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let field = |name: &str| {
+            cpuinfo
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        };
+        Cpu {
+            model: field("model name")
+                .or_else(|| field("Hardware"))
+                .unwrap_or_else(|| "unknown".into()),
+            flags: field("flags")
+                .or_else(|| field("Features"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter(|f| FLAGS_OF_INTEREST.contains(f))
+                .map(String::from)
+                .collect(),
+            logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
+    /// The key tuning records are filed under: `cpu-` and 12 hex digits of
+    /// the sha256 of model, features and CPU count. Two machines share it
+    /// only if a schedule tuned on one is a fair guess for the other.
+    pub fn fingerprint(&self) -> String {
+        let text = format!(
+            "{}|{}|{}",
+            self.model,
+            self.flags.join(","),
+            self.logical_cpus
+        );
+        format!(
+            "cpu-{}",
+            &hex::encode(Sha256::digest(text.as_bytes()))[..12]
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     pub cpu_model: String,
@@ -58,21 +109,7 @@ impl Environment {
         onnxruntime: String,
         protocol: Vec<(String, String)>,
     ) -> Environment {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let field = |name: &str| {
-            cpuinfo
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        };
-        let flags: Vec<String> = field("flags")
-            .or_else(|| field("Features"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter(|f| FLAGS_OF_INTEREST.contains(f))
-            .map(String::from)
-            .collect();
+        let cpu = Cpu::detect();
         let os = std::fs::read_to_string("/etc/os-release")
             .unwrap_or_default()
             .lines()
@@ -80,11 +117,9 @@ impl Environment {
             .map(|v| v.trim_matches('"').to_string())
             .unwrap_or_else(|| std::env::consts::OS.to_string());
         Environment {
-            cpu_model: field("model name")
-                .or_else(|| field("Hardware"))
-                .unwrap_or_else(|| "unknown".into()),
-            cpu_flags: flags,
-            logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model: cpu.model,
+            cpu_flags: cpu.flags,
+            logical_cpus: cpu.logical_cpus,
             frequency_governor: read_trimmed(
                 "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
             )

@@ -7,6 +7,7 @@
 //! - [`environment`]: the record of the machine and software each run used.
 //! - [`models`]: the ONNX file of a combination, generated or the user's, hash-checked.
 //! - [`run`]: the loop over combinations, with failures isolated and progress shown.
+//! - [`tuning`]: `dlas tune` on the host, and tuned schedules applied to tuned runs.
 
 pub mod crosscheck;
 pub mod environment;
@@ -15,5 +16,6 @@ pub mod native;
 pub mod run;
 pub mod store;
 pub mod timing;
+pub mod tuning;
 
 pub use run::{HostConfig, RunReport, run_host};

@@ -110,6 +110,21 @@ impl Models {
     }
 }
 
+/// The combination whose model file a combination runs: the native engine
+/// quantises or halves an fp32 model itself, while the runtimes read the fp16
+/// or QDQ file.
+pub fn model_file_of(c: &Combination) -> Combination {
+    if c.compiler == "native" && !c.compression.is_pruning() {
+        Combination {
+            compression: Compression::Dense,
+            level: 0.0,
+            ..c.clone()
+        }
+    } else {
+        c.clone()
+    }
+}
+
 /// The ONNX bytes of a compressed zoo network (see [`Models`] for the
 /// recipe of each technique). Deterministic: the same combination gives the
 /// same bytes, which `data/models.lock` pins for fp16 and int8.

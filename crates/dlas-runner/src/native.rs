@@ -2,10 +2,13 @@
 //! runtimes read (through `dlas_onnx::import`), so all compilers of a
 //! combination run the same network and weights.
 
-use anyhow::Result;
+use crate::tuning::Tuned;
+use anyhow::{Result, bail};
 use dlas_backends::Session;
 use dlas_core::{Combination, Compression, Format};
 use dlas_engine::{DType, Engine, EngineConfig, FormatChoice};
+use dlas_zoo::Graph;
+use dlas_zoo::weights::Weights;
 use std::path::Path;
 
 /// Calibration samples of int8 activation ranges (seeded inputs, f64 reference).
@@ -27,23 +30,41 @@ impl Session for NativeSession {
     }
 }
 
-/// Compiles the fp32 ONNX file `model` for the combination's algorithm,
-/// format, layout and data type. Pruned models carry their zeros in the
-/// file; fp16 and int8 are the engine's storage types (int8 calibrated on
-/// seeded inputs against the f64 reference).
-pub fn load(model: &Path, c: &Combination, threads: usize, seed: u64) -> Result<Box<dyn Session>> {
-    let bytes = std::fs::read(model)?;
-    let (graph, weights) = dlas_onnx::import(&bytes, &c.model, c.dataset)?;
+/// A tuned combination with layers the tuning records do not cover: it is
+/// not run (and not recorded), so that it runs once `dlas tune` has covered it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{missing} of {layers} layers have no tuned schedule in {} for machine {fingerprint}, e.g. {example}",
+    path.display()
+)]
+pub struct Untuned {
+    pub missing: usize,
+    pub layers: usize,
+    pub path: std::path::PathBuf,
+    pub fingerprint: String,
+    pub example: String,
+}
+
+/// The engine configuration of a combination: its algorithm, format,
+/// layout and data type (int8 calibrated on seeded inputs against the f64
+/// reference).
+pub fn engine_config(
+    c: &Combination,
+    threads: usize,
+    seed: u64,
+    graph: &Graph,
+    weights: &Weights,
+) -> EngineConfig {
     let dtype = match c.compression {
         Compression::Fp16 => DType::F16,
         Compression::Int8 => DType::I8,
         _ => DType::F32,
     };
     let quant = (dtype == DType::I8).then(|| {
-        let inputs = dlas_zoo::weights::input(&graph, seed, CALIBRATION_SAMPLES);
-        dlas_zoo::quant::calibrate(&graph, &weights, &inputs, CALIBRATION_SAMPLES)
+        let inputs = dlas_zoo::weights::input(graph, seed, CALIBRATION_SAMPLES);
+        dlas_zoo::quant::calibrate(graph, weights, &inputs, CALIBRATION_SAMPLES)
     });
-    let config = EngineConfig {
+    EngineConfig {
         threads,
         algorithm: c.algorithm,
         format: match c.format {
@@ -55,14 +76,64 @@ pub fn load(model: &Path, c: &Combination, threads: usize, seed: u64) -> Result<
         dtype,
         schedule: None,
         quant,
+    }
+}
+
+/// Compiles the fp32 ONNX file `model` for the combination. Pruned models
+/// carry their zeros in the file; fp16 and int8 are the engine's storage
+/// types. A tuned combination applies `tuned`'s schedules and fails, naming
+/// the `dlas tune` command to run, if a tunable layer has none.
+pub fn load(
+    model: &Path,
+    c: &Combination,
+    threads: usize,
+    seed: u64,
+    tuned: Option<&Tuned>,
+) -> Result<Box<dyn Session>> {
+    let bytes = std::fs::read(model)?;
+    let (graph, weights) = dlas_onnx::import(&bytes, &c.model, c.dataset)?;
+    let config = engine_config(c, threads, seed, &graph, &weights);
+    let (engine, schedules) = match (c.tuned, tuned) {
+        (false, _) => (
+            Engine::compile(&graph, &weights, &config)?,
+            "default schedules".to_string(),
+        ),
+        (true, _) if config.dtype == DType::I8 => (
+            Engine::compile(&graph, &weights, &config)?,
+            "int8 GEMM has no schedule knobs, so tuned is untuned".to_string(),
+        ),
+        (true, None) => bail!("a tuned combination needs tuning records (none were loaded)"),
+        (true, Some(t)) => {
+            let engine =
+                Engine::compile_with(&graph, &weights, &config, &t.table(threads, c.batch))?;
+            let missing = engine.default_scheduled();
+            if !missing.is_empty() {
+                return Err(Untuned {
+                    missing: missing.len(),
+                    layers: engine.layers().count(),
+                    path: t.path.clone(),
+                    fingerprint: t.fingerprint.clone(),
+                    example: missing[0].to_string(),
+                }
+                .into());
+            }
+            let origin = if t.foreign {
+                format!("tuned on another machine ({})", t.fingerprint)
+            } else {
+                "tuned".to_string()
+            };
+            (
+                engine,
+                format!("{origin} schedules from {}", t.path.display()),
+            )
+        }
     };
-    let engine = Engine::compile(&graph, &weights, &config)?;
     Ok(Box::new(NativeSession {
         engine,
         batch: c.batch,
         description: format!(
-            "dlas-engine {} {} {} {dtype:?}, default schedules, {threads} thread(s)",
-            c.algorithm, c.format, c.layout
+            "dlas-engine {} {} {} {:?}, {schedules}, {threads} thread(s)",
+            c.algorithm, c.format, c.layout, config.dtype
         ),
     }))
 }

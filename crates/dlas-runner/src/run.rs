@@ -8,8 +8,10 @@
 
 use crate::environment::Environment;
 use crate::models::{self, Models};
+use crate::native::Untuned;
 use crate::store::Store;
 use crate::timing::{self, Protocol};
+use crate::tuning::{self, Tuned};
 use anyhow::Result;
 use dlas_backends::{SessionConfig, ort_runtime};
 use dlas_core::{Combination, Compression, ResultRow, Status, Study, Summary};
@@ -28,6 +30,11 @@ pub struct HostConfig {
     /// Re-measure a combination up to this many times while its CV exceeds the threshold.
     pub remeasure_unstable: usize,
     pub seed: u64,
+    /// The best-of file tuned native combinations take their schedules from.
+    pub tuning: PathBuf,
+    /// Apply schedules tuned on another machine (when the file has no
+    /// schedules for this one).
+    pub foreign_tuning: bool,
 }
 
 /// What a run did.
@@ -43,31 +50,23 @@ pub struct RunReport {
 }
 
 /// Why a combination cannot run here, if it cannot.
-fn unavailable(c: &Combination, ort: &Result<String, String>) -> Option<String> {
-    if c.compiler == "native" && c.tuned {
-        return Some(
-            "tuned native combinations need tuning records, and the auto-tuner (`dlas tune`) is not built yet"
-                .into(),
-        );
+fn unavailable(
+    c: &Combination,
+    ort: &Result<String, String>,
+    tuned: &Result<Tuned, String>,
+) -> Option<String> {
+    if c.compiler == "native"
+        && c.tuned
+        && c.compression != Compression::Int8
+        && let Err(e) = tuned
+    {
+        return Some(format!(
+            "tuned native combinations need tuning records: {e}; `dlas tune --study <study> --device host` searches them"
+        ));
     }
     match ort {
         Err(e) if c.compiler.starts_with("ort-") => Some(e.clone()),
         _ => None,
-    }
-}
-
-/// The combination whose model file a combination runs: the native engine
-/// quantises or halves an fp32 model itself, while the runtimes read the fp16
-/// or QDQ file.
-fn model_file_of(c: &Combination) -> Combination {
-    if c.compiler == "native" && !c.compression.is_pruning() {
-        Combination {
-            compression: Compression::Dense,
-            level: 0.0,
-            ..c.clone()
-        }
-    } else {
-        c.clone()
     }
 }
 
@@ -102,6 +101,11 @@ pub fn run_host(
         ),
         ("seed".into(), config.seed.to_string()),
     ];
+    let tuned = if todo.iter().any(|c| c.compiler == "native" && c.tuned) {
+        Tuned::load(&config.tuning, config.foreign_tuning).map_err(|e| format!("{e:#}"))
+    } else {
+        Err("no tuned combination selected".into())
+    };
     let environment = Environment::detect(
         &config.project_root,
         ort.clone().unwrap_or_else(|e| format!("not loaded: {e}")),
@@ -112,14 +116,17 @@ pub fn run_host(
     // measured: a missing, corrupt or mismatched file stops the run here,
     // with no partial results.
     let mut models = Models::new(&config.project_root)?;
-    for c in todo.iter().filter(|c| unavailable(c, &ort).is_none()) {
-        models.path(study, &model_file_of(c))?;
+    for c in todo
+        .iter()
+        .filter(|c| unavailable(c, &ort, &tuned).is_none())
+    {
+        models.path(study, &models::model_file_of(c))?;
     }
     let progress = Progress::new(todo.len());
     let mut source = None;
     for c in todo {
         progress.start(c);
-        if let Some(reason) = unavailable(c, &ort) {
+        if let Some(reason) = unavailable(c, &ort, &tuned) {
             *report.not_run.entry(reason).or_default() += 1;
             progress.done(c, "not run here");
             continue;
@@ -131,7 +138,15 @@ pub fn run_host(
                 source.insert(environment.id())
             }
         };
-        let (row, samples) = measure_one(study, c, config, &mut models, source);
+        let (row, samples) = match measure_one(study, c, config, &mut models, source, &tuned) {
+            Ok(measured) => measured,
+            Err(untuned) => {
+                let reason = format!("{untuned}; run `{}`", tuning::tune_command(study, c));
+                *report.not_run.entry(reason).or_default() += 1;
+                progress.done(c, "not run here");
+                continue;
+            }
+        };
         match row.status {
             Status::Ok => report.measured += 1,
             Status::Unstable => report.unstable += 1,
@@ -148,21 +163,24 @@ pub fn run_host(
     Ok(report)
 }
 
+/// A combination's row and samples; `Err` when a tuned combination lacks
+/// schedules (it is then not recorded, so it runs once they exist).
 fn measure_one(
     study: &Study,
     c: &Combination,
     config: &HostConfig,
     models: &mut Models,
     source: &str,
-) -> (ResultRow, Option<Vec<f64>>) {
+    tuned: &Result<Tuned, String>,
+) -> Result<(ResultRow, Option<Vec<f64>>), Untuned> {
     let failed = |e: anyhow::Error| {
         let reason = format!("{e:#}").replace('\n', " ");
-        (
+        Ok((
             ResultRow::without_timing(c, config.protocol.warmup, Status::Failed, &reason, source),
             None,
-        )
+        ))
     };
-    let path = match models.path(study, &model_file_of(c)) {
+    let path = match models.path(study, &models::model_file_of(c)) {
         Ok(p) => p,
         Err(e) => return failed(e),
     };
@@ -173,13 +191,16 @@ fn measure_one(
         half_io: c.compression == Compression::Fp16,
     };
     let loaded = if c.compiler == "native" {
-        crate::native::load(&path, c, config.threads, config.seed)
+        crate::native::load(&path, c, config.threads, config.seed, tuned.as_ref().ok())
     } else {
         dlas_backends::load(&c.compiler, &path, &session_config)
     };
     let mut session = match loaded {
         Ok(s) => s,
-        Err(e) => return failed(e),
+        Err(e) => match e.downcast::<Untuned>() {
+            Ok(untuned) => return Err(untuned),
+            Err(e) => return failed(e),
+        },
     };
     let input = models::input(c, config.seed);
     let mut attempts = 0;
@@ -200,7 +221,7 @@ fn measure_one(
         if attempts > 0 {
             row.reason = format!("re-measured {attempts} time(s) for stability");
         }
-        return (row, Some(samples));
+        return Ok((row, Some(samples)));
     }
 }
 

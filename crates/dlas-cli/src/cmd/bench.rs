@@ -1,9 +1,12 @@
 //! `dlas bench harness`: the timing loop's own cost per timed run.
+//! (`dlas bench cluster`, the coordinator at scale, is in [`cluster`].)
 //!
 //! The same `timing::measure` that times every combination times a session
 //! that does no work (it returns its input), so what it measures is the
 //! harness: clock reads, the call, and the output's allocation. It must stay
 //! under 5 µs per run, far below the smallest inference time reported.
+
+mod cluster;
 
 use anyhow::Result;
 use dlas_backends::Session;
@@ -30,6 +33,28 @@ pub enum Command {
         #[arg(long, default_value_t = 2)]
         threads: usize,
     },
+    /// Tuned against untuned native engine, per layer and per network, and
+    /// against ONNX Runtime (ResNet-18 CIFAR-10, MobileNetV2 ImageNet), with
+    /// the search time, in one run.
+    Tune {
+        /// Candidates per layer.
+        #[arg(long, default_value_t = 200)]
+        trials: usize,
+        /// Stop a layer after this many candidates without improvement.
+        #[arg(long, default_value_t = 50)]
+        early_stop: usize,
+        /// Timed runs of each whole network.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Keep the records here (default: a fresh search in a temporary directory).
+        #[arg(long)]
+        records: Option<std::path::PathBuf>,
+    },
+    /// The coordinator at scale: a synthetic study of mocked devices is
+    /// planned, submitted (Slurm, dry run), run and collected, each step timed.
+    Cluster(cluster::Args),
 }
 
 struct Identity;
@@ -47,6 +72,23 @@ impl Session for Identity {
 pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitCode> {
     match command {
         Command::Engine { runs, threads } => engine(project, *runs, *threads),
+        Command::Tune {
+            trials,
+            early_stop,
+            runs,
+            threads,
+            records,
+        } => super::tune::bench(
+            project,
+            dlas_tune::Budget {
+                trials: *trials,
+                early_stop: *early_stop,
+            },
+            *runs,
+            *threads,
+            records.clone(),
+        ),
+        Command::Cluster(args) => cluster::run(project, args),
         Command::Harness { runs } => {
             let input = vec![0.5f32; 3 * 32 * 32];
             let protocol = Protocol {
@@ -124,7 +166,8 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
         }
         for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
             let c = combination("native", algorithm);
-            let mut session = dlas_runner::native::load(&path, &c, threads, study.protocol.seed)?;
+            let mut session =
+                dlas_runner::native::load(&path, &c, threads, study.protocol.seed, None)?;
             timed.push((
                 format!("native {algorithm}"),
                 median(measure(session.as_mut(), &input, protocol)?),

@@ -1,43 +1,75 @@
-//! `dlas cluster submit | status | collect`: a study across a Slurm cluster.
+//! `dlas cluster submit | status | collect`: a study across a fleet, a
+//! Slurm cluster (`--executor slurm`) or edge boards over SSH (`--executor ssh`).
 
 use crate::project::Project;
 use anyhow::{Result, bail};
-use dlas_cluster::{DeviceMap, SubmitConfig};
+use dlas_cluster::ssh::{SshConfig, Transport};
+use dlas_cluster::{DeviceMap, Executor, Placement, SshHost, SubmitConfig, slurm::SlurmConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExecutorKind {
+    /// One `sbatch --array` job per device (`--map`).
+    Slurm,
+    /// Boards reached with OpenSSH (`--host`); shards run there one after another.
+    Ssh,
+}
+
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    #[arg(long, default_value = "dlas")]
+    study: String,
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Slurm)]
+    executor: ExecutorKind,
+    /// Slurm: device=partition[,constraint], once per device to run.
+    #[arg(long = "map")]
+    map: Vec<DeviceMap>,
+    /// SSH: device=[user@]addr[:port], once per board (several boards may share a device).
+    #[arg(long = "host")]
+    host: Vec<SshHost>,
+    /// Shards per device (SSH default: one per board of the device; Slurm: 1).
+    #[arg(long)]
+    shards: Option<usize>,
+    #[arg(long)]
+    runs_per_task: Option<usize>,
+    #[arg(long, default_value = "")]
+    filter: String,
+    /// The folder that receives job scripts, logs and every shard's results.
+    #[arg(long)]
+    results_dir: PathBuf,
+    /// The dlas binary the tasks run (default: this one); for boards of
+    /// another architecture, one built for them.
+    #[arg(long)]
+    dlas: Option<PathBuf>,
+    /// Slurm: time limit per task [default: 04:00:00].
+    #[arg(long)]
+    time: Option<String>,
+    /// Slurm: write the scripts without submitting them.
+    #[arg(long)]
+    dry_run: bool,
+    /// SSH: the private key to log in with.
+    #[arg(long)]
+    identity: Option<PathBuf>,
+    /// SSH: an ssh option as Key=Value (e.g. StrictHostKeyChecking=accept-new), repeatable.
+    #[arg(long = "ssh-option")]
+    ssh_option: Vec<String>,
+    /// SSH: seconds to wait for a board to answer.
+    #[arg(long, default_value_t = 10)]
+    connect_timeout: u64,
+    /// SSH: the working folder on each board (relative to the login's home).
+    #[arg(long, default_value = "dlas")]
+    remote_dir: String,
+    /// Extra arguments for each task's `dlas run` (e.g. --runs 20); must come last.
+    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
+    run_args: Vec<String>,
+}
+
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Write one job script per device (an array over its shards) and submit it with sbatch.
-    Submit {
-        #[arg(long, default_value = "dlas")]
-        study: String,
-        /// Only `slurm` for now.
-        #[arg(long, default_value = "slurm")]
-        executor: String,
-        /// device=partition[,constraint], once per device to run.
-        #[arg(long = "map", required = true)]
-        map: Vec<DeviceMap>,
-        #[arg(long)]
-        shards: Option<usize>,
-        #[arg(long)]
-        runs_per_task: Option<usize>,
-        #[arg(long, default_value = "")]
-        filter: String,
-        /// Shared folder for job scripts, logs and shard results.
-        #[arg(long)]
-        results_dir: PathBuf,
-        /// Time limit per task (Slurm syntax).
-        #[arg(long, default_value = "04:00:00")]
-        time: String,
-        /// Extra arguments for each task's `dlas run` (e.g. --runs 20).
-        #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-        run_args: Vec<String>,
-        /// Write the scripts without submitting them.
-        #[arg(long)]
-        dry_run: bool,
-    },
-    /// Pending, running, done and failed shards per device.
+    /// Send each device its shards: Slurm job arrays, or runs on boards over SSH.
+    Submit(Box<SubmitArgs>),
+    /// Per device and shard: queued, running, done or failed (Slurm); fetched, partial or missing (SSH).
     Status {
         #[arg(long)]
         results_dir: PathBuf,
@@ -53,46 +85,102 @@ pub enum Command {
 
 pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
     match command {
-        Command::Submit {
-            study,
-            executor,
-            map,
-            shards,
-            runs_per_task,
-            filter,
-            results_dir,
-            time,
-            run_args,
-            dry_run,
-        } => {
-            if executor != "slurm" {
-                bail!("unknown executor `{executor}`; valid values: slurm");
-            }
+        Command::Submit(args) => {
+            let SubmitArgs {
+                study,
+                executor,
+                map,
+                host,
+                shards,
+                runs_per_task,
+                filter,
+                results_dir,
+                dlas,
+                time,
+                dry_run,
+                identity,
+                ssh_option,
+                connect_timeout,
+                remote_dir,
+                run_args,
+            } = args.as_ref();
+            let executor = match executor {
+                ExecutorKind::Slurm => {
+                    if !host.is_empty() || identity.is_some() || !ssh_option.is_empty() {
+                        bail!(
+                            "--host, --identity and --ssh-option are for --executor ssh; Slurm devices are given with --map"
+                        );
+                    }
+                    if map.is_empty() {
+                        bail!(
+                            "--executor slurm needs --map device=partition[,constraint], once per device"
+                        );
+                    }
+                    Executor::Slurm(SlurmConfig {
+                        map: map.clone(),
+                        time_limit: time.clone().unwrap_or_else(|| "04:00:00".into()),
+                        dry_run: *dry_run,
+                    })
+                }
+                ExecutorKind::Ssh => {
+                    if !map.is_empty() || time.is_some() || *dry_run {
+                        bail!(
+                            "--map, --time and --dry-run are for --executor slurm; boards are given with --host device=[user@]addr[:port]"
+                        );
+                    }
+                    Executor::Ssh(SshConfig {
+                        hosts: host.clone(),
+                        transport: Transport {
+                            identity: identity.as_deref().map(std::path::absolute).transpose()?,
+                            options: ssh_option.clone(),
+                            connect_timeout_s: *connect_timeout,
+                        },
+                        remote_dir: remote_dir.clone(),
+                        ort_library: Some(dlas_backends::ort_runtime::library_path(&project.root)),
+                    })
+                }
+            };
             let specs = project.specs()?;
             let loaded = project.study(study, &specs)?;
+            let dlas = match dlas {
+                Some(path) if !path.is_file() => bail!("--dlas {} is not a file", path.display()),
+                Some(path) => std::path::absolute(path)?,
+                None => std::env::current_exe()?,
+            };
             let config = SubmitConfig {
-                dlas: std::env::current_exe()?,
+                dlas,
                 project_root: std::fs::canonicalize(&project.root)?,
                 study_path: std::fs::canonicalize(&loaded.path)?,
                 filter: filter.clone(),
-                map: map.clone(),
                 shards: *shards,
                 runs_per_task: *runs_per_task,
                 results_dir: std::path::absolute(results_dir)?,
                 run_args: run_args.clone(),
-                time_limit: time.clone(),
-                dry_run: *dry_run,
+                executor,
             };
             let manifest = dlas_cluster::submit(&loaded, &config)?;
             for job in &manifest.jobs {
-                println!(
-                    "{}: {} shard(s), {} combinations, job {} ({})",
-                    job.map.device,
-                    job.shards,
-                    job.planned.iter().map(Vec::len).sum::<usize>(),
-                    job.job_id.as_deref().unwrap_or("not submitted"),
-                    job.script.display()
-                );
+                let combinations = job.planned.iter().map(Vec::len).sum::<usize>();
+                match &job.placement {
+                    Placement::Slurm { script, job_id, .. } => println!(
+                        "{}: {} shard(s), {combinations} combinations, job {} ({})",
+                        job.device,
+                        job.shards,
+                        job_id.as_deref().unwrap_or("not submitted"),
+                        script.display()
+                    ),
+                    Placement::Ssh(placement) => println!(
+                        "{}: {} shard(s), {combinations} combinations, on {}",
+                        job.device,
+                        job.shards,
+                        placement
+                            .hosts
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

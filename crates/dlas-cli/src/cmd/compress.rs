@@ -1,8 +1,8 @@
 //! `dlas compress` and `dlas sweep`: compress a zoo network and report on it.
 
+use crate::facts;
 use crate::project::Project;
 use anyhow::{Context, Result};
-use dlas_compress::accuracy::{chosen_level, read_published};
 use dlas_compress::{
     CalibrationMethod, CompressionReport, Removal, Request, Scope, Tract, compress, sweep_levels,
 };
@@ -108,36 +108,29 @@ impl Options {
     }
 }
 
-/// Top-1 points a pruned model may lose against dense at the chosen level.
-pub const MAX_TOP1_DROP: f64 = 1.0;
-
 /// The level the study runs for `model`, where the pruning techniques need
-/// one: the elbow of the accuracies recorded in data/accuracy/published.csv
-/// (within [`MAX_TOP1_DROP`] of dense), else the level of the dlas study file.
+/// one: the elbow of the accuracies recorded in data/accuracy/published.csv,
+/// else the level of the dlas study file.
 fn study_level(project: &Project, options: &Options) -> Result<Option<f64>> {
     if !options.technique.is_pruning() {
         return Ok(None);
     }
     let study = Study::load("dlas", &project.studies_dir())?;
-    let entry = study
-        .compressions
-        .iter()
-        .find(|c| c.id == options.technique)
-        .with_context(|| {
-            format!(
-                "the dlas study has no {} level; pass --level",
-                options.technique
-            )
-        })?;
-    let published = read_published(&project.root.join("data/accuracy/published.csv"))?;
-    Ok(Some(chosen_level(
+    let published = facts::published(project)?;
+    facts::chosen_level(
+        &study,
         &published,
-        &options.model,
         options.dataset,
+        &options.model,
         options.technique,
-        MAX_TOP1_DROP,
-        study.level(entry, &options.model),
-    )))
+    )
+    .with_context(|| {
+        format!(
+            "the dlas study has no {} level; pass --level",
+            options.technique
+        )
+    })
+    .map(Some)
 }
 
 pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {

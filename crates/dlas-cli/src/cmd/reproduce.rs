@@ -1,11 +1,15 @@
-//! `dlas reproduce`: regenerate the mocked results, figures and tables, or
-//! check that the committed ones are what the code produces.
+//! `dlas reproduce`: regenerate the mocked results, the compression facts,
+//! figures, tables, claims and the report page, or check that the committed
+//! ones are what the code produces.
 
 use crate::cmd::run::mocked_results;
+use crate::facts;
 use crate::project::Project;
 use anyhow::{Result, bail};
 use dlas_core::{Filter, results};
-use dlas_report::{Artifact, HostSummary, Inputs, Selection};
+use dlas_report::catalogue::needs_compression;
+use dlas_report::compression::{Sweeps, layer_path, sweep_path};
+use dlas_report::{Artifact, HostSummary, Inputs, ResultsFile, Selection};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,8 +48,11 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         path: mock_path.strip_prefix(&project.root)?.to_path_buf(),
         bytes: results::to_csv(&mock_rows)?,
     }];
+    let mut files = vec![ResultsFile {
+        path: artifacts[0].path.display().to_string(),
+        rows: 0..mock_rows.len(),
+    }];
     let mut rows = mock_rows;
-    let mut files = vec![artifacts[0].path.display().to_string()];
     // Recorded real runs committed beside the mocked results, and the
     // environment records they name.
     let mut hosts = Vec::new();
@@ -75,19 +82,49 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
                 }),
             }
         }
+        files.push(ResultsFile {
+            path: recorded.strip_prefix(&project.root)?.display().to_string(),
+            rows: rows.len()..rows.len() + host_rows.len(),
+        });
         rows.extend(host_rows);
-        files.push(recorded.strip_prefix(&project.root)?.display().to_string());
     }
     for path in &args.results {
-        rows.extend(results::read_results(path)?);
-        files.push(path.display().to_string());
+        let extra = results::read_results(path)?;
+        files.push(ResultsFile {
+            path: path.display().to_string(),
+            rows: rows.len()..rows.len() + extra.len(),
+        });
+        rows.extend(extra);
     }
+    // What the report draws of compression, computed here (the report never
+    // compresses) and written beside the results so the committed files
+    // are checked like everything else.
+    let published = facts::published(project)?;
+    let (sweeps, layer) = if needs_compression(selection) {
+        let sweeps = facts::sweeps(&study, &published)?;
+        let layer = facts::layer(&study, &published)?;
+        artifacts.push(Artifact {
+            path: sweep_path(&study.name).into(),
+            bytes: sweeps.to_csv()?,
+        });
+        artifacts.push(Artifact {
+            path: layer_path(&study.name).into(),
+            bytes: layer.to_csv()?,
+        });
+        (sweeps, Some(layer))
+    } else {
+        (Sweeps::default(), None)
+    };
+    let accuracy = facts::recorded_accuracy(&published);
     let inputs = Inputs {
         study: &study,
         results: &rows,
         specs: &specs,
         result_files: files,
         hosts,
+        sweeps: &sweeps,
+        layer: layer.as_ref(),
+        accuracy: &accuracy,
     };
     artifacts.extend(dlas_report::build(&inputs, selection)?);
     let mut differing = Vec::new();

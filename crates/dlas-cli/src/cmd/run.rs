@@ -49,6 +49,14 @@ pub struct Args {
     /// Results file (default: data/results/<study>/mock.csv or host.csv).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Best-of tuning file for tuned native combinations
+    /// (default: data/results/<study>/tuning/best.json, written by `dlas tune`).
+    #[arg(long)]
+    tuning: Option<PathBuf>,
+    /// Apply schedules tuned on another machine when the tuning file has
+    /// none for this one (the provider column says so).
+    #[arg(long)]
+    foreign_tuning: bool,
     /// Print what would run without running it.
     #[arg(long)]
     dry_run: bool,
@@ -165,6 +173,11 @@ fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Resul
         },
         remeasure_unstable: args.remeasure_unstable,
         seed: study.protocol.seed,
+        tuning: args
+            .tuning
+            .clone()
+            .unwrap_or_else(|| dlas_runner::tuning::best_path(&project.results_dir(study))),
+        foreign_tuning: args.foreign_tuning,
     };
     let report = dlas_runner::run_host(study, &plan.combinations, &config)?;
     println!(

@@ -1,0 +1,279 @@
+//! `dlas tune`: search the schedules of a study's tuned native
+//! combinations on this machine, and `dlas bench tune`, what that buys.
+
+use crate::project::{HOST, Project};
+use anyhow::{Result, bail};
+use dlas_core::{Algorithm, Combination, Compression, Dataset, Filter, Format, Layout, Plan};
+use dlas_runner::timing::{Protocol, measure};
+use dlas_runner::tuning::{self, TuneConfig, Tuned};
+use dlas_tune::{Budget, Timer};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value = "dlas")]
+    study: String,
+    /// Only `host`: tuning measures candidates on the machine itself.
+    #[arg(long, default_value = HOST)]
+    device: String,
+    /// Select combinations: axis=value[|value][,axis=value…]; tuned native
+    /// combinations of the selection are tuned.
+    #[arg(long, default_value = "")]
+    filter: String,
+    /// Candidates measured per layer (the study: Ansor's 20,000).
+    #[arg(long, default_value_t = Budget::STUDY.trials)]
+    trials: usize,
+    /// Stop a layer after this many candidates without improvement (the study: 1,000).
+    #[arg(long, default_value_t = Budget::STUDY.early_stop)]
+    early_stop: usize,
+    /// Intra-op threads (default: the study's protocol; 0 = one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Timed repeats per candidate; its cost is their median.
+    #[arg(long, default_value_t = Timer::default().repeats)]
+    repeats: usize,
+    /// Each repeat runs the layer for at least this long.
+    #[arg(long, default_value_t = Timer::default().min_repeat_ms)]
+    min_repeat_ms: f64,
+    /// Tuning records, appended to (default: data/results/<study>/tuning/records.jsonl).
+    #[arg(long)]
+    records: Option<PathBuf>,
+    /// Best-of file, rewritten (default: beside the records, best.json).
+    #[arg(long)]
+    best: Option<PathBuf>,
+    /// List the layers that would be tuned without measuring anything.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn threads(requested: usize) -> usize {
+    match requested {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
+    if args.device != HOST {
+        bail!(
+            "--device {}: tuning measures candidates on the machine it runs on, so the only valid value is `{HOST}` (run `dlas tune` on the device itself, e.g. through `dlas cluster`)",
+            args.device
+        );
+    }
+    if args.trials == 0 || args.early_stop == 0 || args.repeats == 0 {
+        bail!("--trials, --early-stop and --repeats must be at least 1");
+    }
+    if !(args.min_repeat_ms.is_finite() && args.min_repeat_ms > 0.0) {
+        bail!("--min-repeat-ms must be a positive number of milliseconds");
+    }
+    let specs = project.specs()?;
+    let study = project.study(&args.study, &specs)?;
+    let filter = Filter::parse(&format!(
+        "{},device={HOST},compiler=native,tuned=true",
+        args.filter
+    ))?;
+    filter.check(&study)?;
+    let plan = Plan::expand(&study).filtered(&filter);
+    let dir = project.results_dir(&study);
+    let records = args
+        .records
+        .clone()
+        .unwrap_or_else(|| tuning::records_path(&dir));
+    let best = args.best.clone().unwrap_or_else(|| {
+        records
+            .parent()
+            .map_or_else(|| PathBuf::from("best.json"), |d| d.join("best.json"))
+    });
+    let config = TuneConfig {
+        project_root: project.root.clone(),
+        records,
+        best,
+        threads: threads(args.threads.unwrap_or(study.protocol.threads)),
+        budget: Budget {
+            trials: args.trials,
+            early_stop: args.early_stop,
+        },
+        timer: Timer {
+            repeats: args.repeats,
+            min_repeat_ms: args.min_repeat_ms,
+        },
+        seed: study.protocol.seed,
+    };
+    if plan.combinations.is_empty() {
+        bail!(
+            "no tuned native host combination of study {} matches --filter `{}`",
+            study.name,
+            args.filter
+        );
+    }
+    if args.dry_run {
+        let mut models = dlas_runner::models::Models::new(&project.root)?;
+        let mut skipped = BTreeMap::new();
+        let tasks = tuning::tasks(
+            &study,
+            &plan.combinations,
+            config.threads,
+            config.seed,
+            &mut skipped,
+            &mut models,
+        )?;
+        for t in &tasks {
+            println!("{}", t.key);
+        }
+        for (reason, n) in &skipped {
+            println!("skipped {n} combination(s): {reason}");
+        }
+        println!(
+            "would tune {} distinct layers of {} combinations, at most {} trials each, into {}",
+            tasks.len(),
+            plan.combinations.len(),
+            config.budget.trials,
+            config.records.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = tuning::tune_host(&study, &plan.combinations, &config)?;
+    for line in &report.skipped_lines {
+        eprintln!("warning: skipped an unreadable record at {line}");
+    }
+    for (reason, n) in &report.skipped {
+        eprintln!("skipped {n} combination(s): {reason}");
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    println!(
+        "{} layers ({} searched now): {} new trials, {} rejected before measurement, {} failed, {:.0} s; mean speedup over the default schedule {:.2}x",
+        report.tasks,
+        report.searched,
+        report.new_trials,
+        report.rejected,
+        report.failed,
+        report.seconds,
+        mean(&report.speedups)
+    );
+    println!(
+        "records: {}\nbest-of: {}",
+        config.records.display(),
+        config.best.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Rounds the untuned and tuned networks alternate in.
+const ROUNDS: usize = 5;
+
+/// `dlas bench tune`: per network and algorithm, tuned against untuned
+/// (per layer, from the search, and whole network) and against ONNX
+/// Runtime, all measured in this run, with the search time it took.
+pub fn bench(
+    project: &Project,
+    budget: Budget,
+    runs: usize,
+    threads: usize,
+    records: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let specs = project.specs()?;
+    let study = project.study("dlas", &specs)?;
+    let library = dlas_backends::ort_runtime::library_path(&project.root);
+    dlas_backends::ort_runtime::init(&library)?;
+    let scratch = tempfile::tempdir()?;
+    let records = records.unwrap_or_else(|| scratch.path().join("records.jsonl"));
+    let best = records.with_extension("best.json");
+    let mut models = dlas_runner::models::Models::new(&project.root)?;
+    let protocol = Protocol {
+        warmup: 3,
+        runs,
+        timeout: Duration::from_secs(600),
+    };
+    let median = |s: Vec<f64>| dlas_core::Summary::from_samples(&s).map_or(f64::NAN, |s| s.median);
+    println!(
+        "network,algorithm,layers,trials,search_s,layer_speedup_mean,layer_speedup_max,untuned_ms,tuned_ms,tuned_vs_untuned,ort_opt_ms,tuned_vs_ort"
+    );
+    let mut summary = Vec::new();
+    for (dataset, model) in [
+        (Dataset::Cifar10, "resnet18"),
+        (Dataset::Imagenet, "mobilenetv2"),
+    ] {
+        let combination = |compiler: &str, algorithm: Algorithm, tuned: bool| Combination {
+            dataset,
+            model: model.into(),
+            compression: Compression::Dense,
+            level: 0.0,
+            algorithm,
+            format: Format::Dense,
+            layout: Layout::Nchw,
+            compiler: compiler.into(),
+            tuned,
+            device: HOST.into(),
+            batch: 1,
+        };
+        let reference = combination("ort-opt", Algorithm::Auto, false);
+        let path = models.path(&study, &reference)?;
+        let input = dlas_runner::models::input(&reference, study.protocol.seed);
+        let [c, h, w] = dataset.input_chw();
+        let session = dlas_backends::SessionConfig {
+            input_shape: [1, c, h, w],
+            threads,
+            half_io: false,
+        };
+        let ort = median(measure(
+            dlas_backends::load("ort-opt", &path, &session)?.as_mut(),
+            &input,
+            protocol,
+        )?);
+        for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
+            let tuned_c = combination("native", algorithm, true);
+            let config = TuneConfig {
+                project_root: project.root.clone(),
+                records: records.clone(),
+                best: best.clone(),
+                threads,
+                budget,
+                timer: Timer::default(),
+                seed: study.protocol.seed,
+            };
+            let started = Instant::now();
+            let report = tuning::tune_host(&study, std::slice::from_ref(&tuned_c), &config)?;
+            let search_s = started.elapsed().as_secs_f64();
+            let tuned = Tuned::load(&best, false)?;
+            let untuned_c = combination("native", algorithm, false);
+            let load = |c: &Combination, t: Option<&Tuned>| {
+                dlas_runner::native::load(&path, c, threads, study.protocol.seed, t)
+            };
+            let (mut untuned, mut tuned_s) =
+                (load(&untuned_c, None)?, load(&tuned_c, Some(&tuned))?);
+            // Interleaved rounds, so drifting load on the machine falls on
+            // both engines alike.
+            let round = Protocol {
+                runs: runs.div_ceil(ROUNDS),
+                ..protocol
+            };
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..ROUNDS {
+                a.extend(measure(untuned.as_mut(), &input, round)?);
+                b.extend(measure(tuned_s.as_mut(), &input, round)?);
+            }
+            let (untuned_ms, tuned_ms) = (median(a), median(b));
+            let s = &report.speedups;
+            let mean = s.iter().sum::<f64>() / s.len().max(1) as f64;
+            let max = s.iter().copied().fold(f64::NAN, f64::max);
+            let trials = report.trials;
+            println!(
+                "{dataset}/{model},{algorithm},{},{trials},{search_s:.1},{mean:.2},{max:.2},{untuned_ms:.3},{tuned_ms:.3},{:.2},{ort:.3},{:.2}",
+                report.tasks,
+                untuned_ms / tuned_ms,
+                tuned_ms / ort
+            );
+            summary.push(mean);
+        }
+    }
+    eprintln!(
+        "per-layer speedup of tuning, mean over networks and algorithms: {:.2}x (aim: 1.5x); trials {} per layer at most, early stop {}",
+        summary.iter().sum::<f64>() / summary.len().max(1) as f64,
+        budget.trials,
+        budget.early_stop
+    );
+    Ok(ExitCode::SUCCESS)
+}

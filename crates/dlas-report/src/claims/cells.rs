@@ -1,0 +1,215 @@
+//! The cells the observations count over: one cell per device, network,
+//! compression and tuning, holding the native engine's batch-1 median per
+//! algorithm, and the comparisons the study makes between cells.
+
+use dlas_core::{Algorithm, Compression, Dataset, ResultRow};
+use std::collections::BTreeMap;
+
+/// Where a measurement sits in the study, less the algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key<'a> {
+    pub device: &'a str,
+    pub dataset: Dataset,
+    pub model: &'a str,
+    pub compression: Compression,
+    pub tuned: bool,
+}
+
+impl<'a> Key<'a> {
+    /// The same cell under another compression.
+    pub fn with_compression(&self, compression: Compression) -> Key<'a> {
+        Key {
+            compression,
+            ..self.clone()
+        }
+    }
+
+    /// The same cell, tuned or not.
+    pub fn with_tuning(&self, tuned: bool) -> Key<'a> {
+        Key {
+            tuned,
+            ..self.clone()
+        }
+    }
+}
+
+/// Medians of the native engine's rows (the algorithm axis) at batch 1.
+pub struct Cells<'a> {
+    times: BTreeMap<Key<'a>, BTreeMap<Algorithm, f64>>,
+    /// Devices in the order their first row appears, for stable evidence.
+    order: Vec<&'a str>,
+}
+
+impl<'a> Cells<'a> {
+    /// Rows without timing, at other batch sizes, or of runtimes that choose
+    /// their own kernels do not enter. Where an algorithm was measured in
+    /// several formats or files, its fastest time counts.
+    pub fn new(rows: &'a [ResultRow]) -> Cells<'a> {
+        let mut times: BTreeMap<Key, BTreeMap<Algorithm, f64>> = BTreeMap::new();
+        let mut order = Vec::new();
+        for r in rows {
+            let Some(ms) = r.median_ms else { continue };
+            if r.batch != 1 || !r.status.has_timing() || r.algorithm == Algorithm::Auto {
+                continue;
+            }
+            if !order.contains(&r.device.as_str()) {
+                order.push(r.device.as_str());
+            }
+            let key = Key {
+                device: &r.device,
+                dataset: r.dataset,
+                model: &r.model,
+                compression: r.compression,
+                tuned: r.tuned,
+            };
+            let slot = times
+                .entry(key)
+                .or_default()
+                .entry(r.algorithm)
+                .or_insert(ms);
+            *slot = slot.min(ms);
+        }
+        Cells { times, order }
+    }
+
+    /// Every cell, in key order.
+    pub fn keys(&self) -> impl Iterator<Item = &Key<'a>> {
+        self.times.keys()
+    }
+
+    /// The fastest algorithm of a cell and its time.
+    pub fn best(&self, key: &Key) -> Option<(Algorithm, f64)> {
+        self.times
+            .get(key)?
+            .iter()
+            .map(|(a, t)| (*a, *t))
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+    }
+
+    /// How much faster the cell is than the dense network under the same
+    /// device and tuning, each with its fastest algorithm.
+    pub fn speedup_over_dense(&self, key: &Key) -> Option<f64> {
+        let dense = self.best(&key.with_compression(Compression::Dense))?.1;
+        Some(dense / self.best(key)?.1)
+    }
+
+    /// How much faster tuning makes the cell (fastest untuned over fastest tuned).
+    pub fn tuning_speedup(&self, key: &Key) -> Option<f64> {
+        let untuned = self.best(&key.with_tuning(false))?.1;
+        Some(untuned / self.best(&key.with_tuning(true))?.1)
+    }
+
+    /// Sorts devices by the order of their first row.
+    pub fn ordered(&self, devices: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let mut devices: Vec<&str> = devices.into_iter().collect();
+        devices.sort_by_key(|d| self.order.iter().position(|o| o == d));
+        devices.dedup();
+        devices.into_iter().map(String::from).collect()
+    }
+}
+
+/// Hits out of a total, printed as "k of n (p%)".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub hits: usize,
+    pub total: usize,
+}
+
+impl Tally {
+    pub fn add(&mut self, hit: bool) {
+        self.hits += usize::from(hit);
+        self.total += 1;
+    }
+
+    pub fn share(self) -> f64 {
+        self.hits as f64 / self.total.max(1) as f64
+    }
+
+    /// A strict majority of the cells: the study's "generally" and "most".
+    pub fn majority(self) -> bool {
+        self.total > 0 && self.share() > super::GENERALLY
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} ({:.0}%)",
+            self.hits,
+            self.total,
+            100.0 * self.share()
+        )
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    Some(if sorted.len().is_multiple_of(2) {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    } else {
+        sorted[mid]
+    })
+}
+
+/// Spearman's rank correlation (ties get their mean rank); `None` under
+/// three points or when either variable is constant.
+pub fn spearman(xs: &[f64], ys: &[f64]) -> Option<f64> {
+    if xs.len() != ys.len() || xs.len() < 3 {
+        return None;
+    }
+    let ranks = |v: &[f64]| -> Vec<f64> {
+        v.iter()
+            .map(|x| {
+                let below = v.iter().filter(|y| *y < x).count() as f64;
+                let equal = v.iter().filter(|y| *y == x).count() as f64;
+                below + (equal + 1.0) / 2.0
+            })
+            .collect()
+    };
+    let (rx, ry) = (ranks(xs), ranks(ys));
+    let n = rx.len() as f64;
+    let (mx, my) = (rx.iter().sum::<f64>() / n, ry.iter().sum::<f64>() / n);
+    let cov: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let vx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
+    let vy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
+    (vx > 0.0 && vy > 0.0).then(|| cov / (vx * vy).sqrt())
+}
+
+/// A number for evidence: three significant digits.
+pub fn num(v: f64) -> String {
+    dlas_core::results::round_significant(v, 3).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_ranks_and_tallies() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]), Some(1.0));
+        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), Some(-1.0));
+        assert_eq!(spearman(&[1.0, 2.0], &[1.0, 2.0]), None);
+        assert_eq!(spearman(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]), None);
+        // Ranks of (3.5, 5.3, 25.6, 28.7) against (71.9, 77.7, 76.1, 77.1): 0.4.
+        let rho = spearman(&[3.5, 5.3, 25.6, 28.7], &[71.9, 77.7, 76.1, 77.1]).unwrap();
+        assert!((rho - 0.4).abs() < 1e-12, "{rho}");
+        let mut t = Tally::default();
+        t.add(true);
+        t.add(false);
+        assert!(!t.majority(), "one of two is not a majority");
+        t.add(true);
+        assert!(t.majority());
+        assert_eq!(t.to_string(), "2 of 3 (67%)");
+        assert!(!Tally::default().majority());
+    }
+}

@@ -1,0 +1,377 @@
+//! The study's thirteen observations as checks that run on any results.
+//!
+//! Each observation is a predicate over a results set (the native engine's
+//! batch-1 medians: the algorithm axis) and, where it speaks of accuracy or
+//! of what pruning should save, over recorded accuracies and the pruning
+//! sweeps. A check says whether the observation holds, does not hold, or
+//! cannot be tested on the data, with the numbers it rests on and the
+//! devices whose rows entered, so a reviewer can put the study's claims to
+//! their own hardware's numbers (`dlas claims`).
+//!
+//! Words of degree have one meaning throughout, fixed from the paper's
+//! wording and not from any results: "generally" and "most" are a strict
+//! majority of cells ([`GENERALLY`]); "rarely" is under a quarter
+//! ([`RARELY`]); two numbers "differ" or "vary" when they are more than
+//! [`TOLERANCE`] apart, the run-to-run variation ARTIFACT.md asks a
+//! reviewer to accept; "dramatic" is at least [`DRAMATIC`] times.
+
+mod algorithms;
+pub mod cells;
+mod hardware;
+mod models;
+mod optimizations;
+mod render;
+mod software;
+
+pub use render::{markdown, table, text};
+
+use crate::compression::{RecordedAccuracy, Sweeps};
+use dlas_core::{Dataset, ResultRow};
+use dlas_devices::DeviceKind;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// "Generally", "most": more than this share of the cells.
+pub const GENERALLY: f64 = 0.5;
+/// "Rarely": in fewer than this share of the cells.
+pub const RARELY: f64 = 0.25;
+/// Two times or speedups differ when their ratio exceeds this.
+pub const TOLERANCE: f64 = 1.10;
+/// A "dramatic" speedup: at least this factor.
+pub const DRAMATIC: f64 = 2.0;
+
+/// The outcome of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Holds,
+    DoesNotHold,
+    CannotBeTested,
+}
+
+impl Verdict {
+    /// The verdict of a predicate whose inputs were all found.
+    pub fn of(holds: bool) -> Verdict {
+        if holds {
+            Verdict::Holds
+        } else {
+            Verdict::DoesNotHold
+        }
+    }
+
+    /// Conjunction: a failed part fails the whole; otherwise an untestable
+    /// part leaves the whole untestable.
+    pub fn and(self, other: Verdict) -> Verdict {
+        use Verdict::*;
+        match (self, other) {
+            (DoesNotHold, _) | (_, DoesNotHold) => DoesNotHold,
+            (CannotBeTested, _) | (_, CannotBeTested) => CannotBeTested,
+            (Holds, Holds) => Holds,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Holds => "holds",
+            Verdict::DoesNotHold => "does not hold",
+            Verdict::CannotBeTested => "cannot be tested on this data",
+        }
+    }
+}
+
+/// One part of a predicate: its verdict and the sentence of evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub verdict: Verdict,
+    pub evidence: String,
+}
+
+impl Part {
+    pub fn new(verdict: Verdict, evidence: impl Into<String>) -> Part {
+        Part {
+            verdict,
+            evidence: evidence.into(),
+        }
+    }
+
+    pub fn untestable(evidence: impl Into<String>) -> Part {
+        Part::new(Verdict::CannotBeTested, evidence)
+    }
+}
+
+/// What a check found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub verdict: Verdict,
+    /// One sentence per part of the predicate, with its numbers.
+    pub evidence: Vec<String>,
+    /// Devices whose results entered the check.
+    pub devices: Vec<String>,
+}
+
+impl Outcome {
+    /// The conjunction of `parts`, over the rows of `devices`.
+    pub fn of(parts: Vec<Part>, devices: Vec<String>) -> Outcome {
+        Outcome {
+            verdict: parts.iter().fold(Verdict::Holds, |v, p| v.and(p.verdict)),
+            evidence: parts.into_iter().map(|p| p.evidence).collect(),
+            devices,
+        }
+    }
+}
+
+/// Whether the paper numbers an observation or we worded it from its discussion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Wording {
+    /// The paper states it with this numeral.
+    Quoted,
+    /// The paper's numbered statement is not in the text we have; the
+    /// observation is worded from the sentence it discusses.
+    FromDiscussion,
+}
+
+/// A network's size, from the zoo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    pub dataset: Dataset,
+    pub model: String,
+    pub params: usize,
+}
+
+/// What the checks read besides results.
+pub struct Context<'a> {
+    pub rows: &'a [ResultRow],
+    /// The kind of each device with a specification (and of `host`).
+    pub kinds: &'a BTreeMap<String, DeviceKind>,
+    pub networks: &'a [Network],
+    pub sweeps: &'a Sweeps,
+    pub accuracy: &'a [RecordedAccuracy],
+}
+
+impl Context<'_> {
+    pub fn kind(&self, device: &str) -> Option<DeviceKind> {
+        self.kinds.get(device).copied()
+    }
+}
+
+/// One observation of the study and its check.
+pub struct Observation {
+    /// Its numeral in the paper (I to XIII).
+    pub numeral: &'static str,
+    /// The layer of the stack it is about.
+    pub layer: &'static str,
+    pub statement: &'static str,
+    pub wording: Wording,
+    /// The paper's sentence it comes from.
+    pub source: &'static str,
+    /// The predicate, in words.
+    pub predicate: &'static str,
+    check: fn(&Context) -> Outcome,
+}
+
+impl Observation {
+    pub fn check(&self, context: &Context) -> Outcome {
+        (self.check)(context)
+    }
+}
+
+/// The thirteen observations, in the paper's order.
+pub fn observations() -> Vec<Observation> {
+    let mut all = models::observations();
+    all.extend(optimizations::observations());
+    all.extend(algorithms::observations());
+    all.extend(software::observations());
+    all.extend(hardware::observations());
+    all
+}
+
+/// Every observation checked on `context`, in order.
+pub fn check_all(context: &Context) -> Vec<(Observation, Outcome)> {
+    observations()
+        .into_iter()
+        .map(|o| {
+            let outcome = o.check(context);
+            (o, outcome)
+        })
+        .collect()
+}
+
+/// Observations checked on one results file.
+pub struct Checked {
+    /// The results file, as the user named it.
+    pub file: String,
+    pub outcomes: Vec<Outcome>,
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Hand-built results for the checks' tests: each check is shown to
+    //! hold on one set and to fail on another.
+
+    use super::*;
+    use crate::compression::SweepPoint;
+    use dlas_core::results::Status;
+    use dlas_core::{Algorithm, Compression, Format, Layout};
+
+    /// A native batch-1 row.
+    pub fn row(
+        device: &str,
+        dataset: Dataset,
+        model: &str,
+        compression: Compression,
+        algorithm: Algorithm,
+        tuned: bool,
+        ms: f64,
+    ) -> ResultRow {
+        ResultRow {
+            id: format!("{device}-{model}-{compression}-{algorithm}-{tuned}"),
+            dataset,
+            model: model.into(),
+            compression,
+            level: "0".into(),
+            algorithm,
+            format: if compression.is_pruning() {
+                Format::Csr
+            } else {
+                Format::Dense
+            },
+            layout: Layout::Nchw,
+            compiler: "native".into(),
+            tuned,
+            device: device.into(),
+            batch: 1,
+            warmup: 1,
+            runs: 10,
+            median_ms: Some(ms),
+            p10_ms: None,
+            p90_ms: None,
+            p99_ms: None,
+            mean_ms: None,
+            stddev_ms: None,
+            cv: None,
+            ci95_low_ms: None,
+            ci95_high_ms: None,
+            status: Status::Ok,
+            reason: String::new(),
+            provider: String::new(),
+            source: "test".into(),
+        }
+    }
+
+    /// One row per algorithm, with the times given in the order direct,
+    /// gemm, spatial-pack.
+    pub fn cell(
+        device: &str,
+        dataset: Dataset,
+        model: &str,
+        compression: Compression,
+        tuned: bool,
+        times: [f64; 3],
+    ) -> Vec<ResultRow> {
+        [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack]
+            .into_iter()
+            .zip(times)
+            .map(|(a, t)| row(device, dataset, model, compression, a, tuned, t))
+            .collect()
+    }
+
+    pub fn kinds() -> BTreeMap<String, DeviceKind> {
+        [
+            ("i7", DeviceKind::Cpu),
+            ("hikey970-cpu", DeviceKind::Cpu),
+            ("host", DeviceKind::Cpu),
+            ("hikey970-gpu", DeviceKind::Gpu),
+            ("xavier-gpu", DeviceKind::Gpu),
+        ]
+        .map(|(d, k)| (d.to_string(), k))
+        .into()
+    }
+
+    /// Chosen points: weight pruning leaves `weight` of the MACs and
+    /// parameters, channel pruning `channel`.
+    pub fn sweeps(models: &[(Dataset, &str)], weight: f64, channel: f64) -> Sweeps {
+        let mut points = Vec::new();
+        for (dataset, model) in models {
+            for (technique, left) in [
+                (Compression::Dense, 1.0),
+                (Compression::WeightPruning, weight),
+                (Compression::ChannelPruning, channel),
+            ] {
+                points.push(SweepPoint {
+                    dataset: *dataset,
+                    model: model.to_string(),
+                    technique,
+                    level: 1.0 - left,
+                    chosen: true,
+                    params: (1000.0 * left) as usize,
+                    bytes: (4000.0 * left) as u64,
+                    macs: (1000.0 * left) as u64,
+                });
+            }
+        }
+        Sweeps { points }
+    }
+
+    /// Runs observation `numeral` on `rows` with the given facts.
+    pub fn verdict_with(
+        numeral: &str,
+        rows: &[ResultRow],
+        networks: &[Network],
+        sweeps: &Sweeps,
+        accuracy: &[RecordedAccuracy],
+    ) -> Outcome {
+        let kinds = kinds();
+        let context = Context {
+            rows,
+            kinds: &kinds,
+            networks,
+            sweeps,
+            accuracy,
+        };
+        let o = observations()
+            .into_iter()
+            .find(|o| o.numeral == numeral)
+            .expect("a numeral of the study");
+        o.check(&context)
+    }
+
+    /// Runs observation `numeral` on `rows` alone.
+    pub fn verdict(numeral: &str, rows: &[ResultRow]) -> Outcome {
+        verdict_with(numeral, rows, &[], &Sweeps::default(), &[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thirteen_observations_in_order() {
+        let numerals: Vec<&str> = observations().iter().map(|o| o.numeral).collect();
+        assert_eq!(
+            numerals,
+            [
+                "I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII", "XIII"
+            ]
+        );
+    }
+
+    #[test]
+    fn conjunction_of_verdicts() {
+        use Verdict::*;
+        assert_eq!(Holds.and(Holds), Holds);
+        assert_eq!(Holds.and(CannotBeTested), CannotBeTested);
+        assert_eq!(CannotBeTested.and(DoesNotHold), DoesNotHold);
+        assert_eq!(Holds.and(DoesNotHold), DoesNotHold);
+    }
+
+    #[test]
+    fn nothing_to_count_is_untestable_everywhere() {
+        for o in observations() {
+            let outcome = fixtures::verdict(o.numeral, &[]);
+            assert_eq!(outcome.verdict, Verdict::CannotBeTested, "{}", o.numeral);
+            assert!(outcome.devices.is_empty(), "{}", o.numeral);
+        }
+    }
+}

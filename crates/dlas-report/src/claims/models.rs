@@ -1,0 +1,409 @@
+//! Observations I to III: datasets and models (layers 1 and 2 of the stack).
+
+use super::cells::{Cells, Tally, median, num, spearman};
+use super::{Context, Observation, Outcome, Part, Verdict, Wording};
+use crate::compression::RecordedAccuracy;
+use dlas_core::{Compression, Dataset};
+use std::collections::BTreeMap;
+
+/// Spearman's rho at or above this is a strong positive correlation.
+const STRONG: f64 = 0.7;
+
+pub(super) fn observations() -> Vec<Observation> {
+    vec![
+        Observation {
+            numeral: "I",
+            layer: "Datasets & problem spaces",
+            statement: "Compression costs ImageNet models more accuracy than CIFAR-10 models.",
+            wording: Wording::FromDiscussion,
+            source: "Between datasets, models showed similar trends in terms of accuracy, with the accuracy losses due to compression being higher for ImageNet models.",
+            predicate: "The mean top-1 drop (dense minus compressed, in points) of the recorded compressed ImageNet models, at the chosen pruning level, exceeds that of the CIFAR-10 models.",
+            check: accuracy_loss_by_dataset,
+        },
+        Observation {
+            numeral: "II",
+            layer: "Datasets & problem spaces",
+            statement: "Tuned sparse CIFAR-10 models are faster than their dense baseline; tuned sparse ImageNet models are not.",
+            wording: Wording::Quoted,
+            source: "II) tuned sparse CIFAR-10 models were faster than the dense baseline, but this was not the case for ImageNet models.",
+            predicate: "Over tuned cells (device, network, pruning technique), each with its fastest algorithm: the pruned network beats the tuned dense one in most CIFAR-10 cells, and does not in most ImageNet cells.",
+            check: sparse_speed_by_dataset,
+        },
+        Observation {
+            numeral: "III",
+            layer: "Models & neural architectures",
+            statement: "Model size is not strongly correlated with accuracy; however, smaller models are more vulnerable to compression.",
+            wording: Wording::Quoted,
+            source: "III) model size is not strongly correlated with accuracy, however smaller models are more vulnerable to compression.",
+            predicate: "(a) Within each dataset with three or more recorded networks, Spearman's rho between parameters and recorded dense top-1 is below 0.7 (no strong positive correlation). (b) Within each dataset and technique with three or more recorded compressed networks, rho between parameters and top-1 drop is negative.",
+            check: size_and_accuracy,
+        },
+    ]
+}
+
+/// The recorded dense top-1 of a network.
+fn dense_top1(accuracy: &[RecordedAccuracy], dataset: Dataset, model: &str) -> Option<f64> {
+    accuracy
+        .iter()
+        .find(|a| a.dataset == dataset && a.model == model && a.technique == Compression::Dense)
+        .map(|a| a.top1)
+}
+
+/// Top-1 drops of the recorded compressed networks, at the chosen level
+/// for the pruning techniques: (dataset, model, technique, drop).
+fn drops(context: &Context) -> Vec<(Dataset, String, Compression, f64)> {
+    context
+        .accuracy
+        .iter()
+        .filter(|a| a.technique != Compression::Dense)
+        .filter(|a| {
+            !a.technique.is_pruning()
+                || context
+                    .sweeps
+                    .chosen(a.dataset, &a.model, a.technique)
+                    .zip(a.level)
+                    .is_some_and(|(p, level)| (p.level - level).abs() < 1e-9)
+        })
+        .filter_map(|a| {
+            let dense = dense_top1(context.accuracy, a.dataset, &a.model)?;
+            Some((a.dataset, a.model.clone(), a.technique, dense - a.top1))
+        })
+        .collect()
+}
+
+fn accuracy_loss_by_dataset(context: &Context) -> Outcome {
+    let drops = drops(context);
+    let mean = |d: Dataset| {
+        let v: Vec<f64> = drops.iter().filter(|x| x.0 == d).map(|x| x.3).collect();
+        (!v.is_empty()).then(|| (v.iter().sum::<f64>() / v.len() as f64, v.len()))
+    };
+    let part = match (mean(Dataset::Imagenet), mean(Dataset::Cifar10)) {
+        (Some((imagenet, n)), Some((cifar, m))) => Part::new(
+            Verdict::of(imagenet > cifar),
+            format!(
+                "mean top-1 drop of compressed models: imagenet {} points ({n} recorded), cifar10 {} points ({m} recorded)",
+                num(imagenet),
+                num(cifar)
+            ),
+        ),
+        (imagenet, cifar) => Part::untestable(format!(
+            "recorded accuracy of compressed models at the chosen level: imagenet {}, cifar10 {}; both datasets need one",
+            imagenet.map_or(0, |x| x.1),
+            cifar.map_or(0, |x| x.1)
+        )),
+    };
+    Outcome::of(vec![part], vec![])
+}
+
+fn sparse_speed_by_dataset(context: &Context) -> Outcome {
+    let cells = Cells::new(context.rows);
+    let mut devices = Vec::new();
+    let mut parts = Vec::new();
+    for (dataset, pruned_should_win) in [(Dataset::Cifar10, true), (Dataset::Imagenet, false)] {
+        let mut faster = Tally::default();
+        let mut speedups = Vec::new();
+        for key in cells.keys() {
+            if key.dataset != dataset || !key.tuned || !key.compression.is_pruning() {
+                continue;
+            }
+            let Some(s) = cells.speedup_over_dense(key) else {
+                continue;
+            };
+            faster.add(s > 1.0);
+            speedups.push(s);
+            devices.push(key.device);
+        }
+        let part = match median(&speedups) {
+            None => Part::untestable(format!(
+                "{dataset}: no tuned pruned network with a tuned dense baseline"
+            )),
+            Some(m) => Part::new(
+                Verdict::of(if pruned_should_win {
+                    faster.majority()
+                } else {
+                    !faster.majority()
+                }),
+                format!(
+                    "{dataset}: tuned pruned networks faster than tuned dense in {faster} cells (median speedup {}x)",
+                    num(m)
+                ),
+            ),
+        };
+        parts.push(part);
+    }
+    Outcome::of(parts, cells.ordered(devices))
+}
+
+fn size_and_accuracy(context: &Context) -> Outcome {
+    let params: BTreeMap<(Dataset, &str), usize> = context
+        .networks
+        .iter()
+        .map(|n| ((n.dataset, n.model.as_str()), n.params))
+        .collect();
+    // (a) dense accuracy against size, per dataset.
+    let mut size_parts = Vec::new();
+    for dataset in [Dataset::Cifar10, Dataset::Imagenet] {
+        let mut nets: Vec<(&str, usize, f64)> = context
+            .accuracy
+            .iter()
+            .filter(|a| a.dataset == dataset && a.technique == Compression::Dense)
+            .filter_map(|a| {
+                Some((
+                    a.model.as_str(),
+                    *params.get(&(dataset, a.model.as_str()))?,
+                    a.top1,
+                ))
+            })
+            .collect();
+        nets.sort_by_key(|n| n.1);
+        let xs: Vec<f64> = nets.iter().map(|n| n.1 as f64).collect();
+        let ys: Vec<f64> = nets.iter().map(|n| n.2).collect();
+        if let Some(rho) = spearman(&xs, &ys) {
+            let listed: Vec<String> = nets
+                .iter()
+                .map(|(m, p, t)| format!("{m} {}M {t}%", num(*p as f64 / 1e6)))
+                .collect();
+            size_parts.push(Part::new(
+                Verdict::of(rho < STRONG),
+                format!(
+                    "{dataset}: rho(parameters, dense top-1) = {} over {}",
+                    num(rho),
+                    listed.join(", ")
+                ),
+            ));
+        }
+    }
+    let size = if size_parts.is_empty() {
+        Part::untestable(
+            "(a) no dataset with three networks of known size and recorded dense accuracy",
+        )
+    } else {
+        Part::new(
+            size_parts
+                .iter()
+                .fold(Verdict::Holds, |v, p| v.and(p.verdict)),
+            format!(
+                "(a) {}",
+                size_parts
+                    .into_iter()
+                    .map(|p| p.evidence)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        )
+    };
+    // (b) accuracy lost under compression against size, per dataset and technique.
+    let mut groups: BTreeMap<(Dataset, Compression), Vec<(f64, f64)>> = BTreeMap::new();
+    for (dataset, model, technique, drop) in drops(context) {
+        if let Some(p) = params.get(&(dataset, model.as_str())) {
+            groups
+                .entry((dataset, technique))
+                .or_default()
+                .push((*p as f64, drop));
+        }
+    }
+    let mut vulnerable = Vec::new();
+    for ((dataset, technique), points) in &groups {
+        let xs: Vec<f64> = points.iter().map(|p| p.0).collect();
+        let ys: Vec<f64> = points.iter().map(|p| p.1).collect();
+        if let Some(rho) = spearman(&xs, &ys) {
+            vulnerable.push(Part::new(
+                Verdict::of(rho < 0.0),
+                format!(
+                    "{dataset} {technique}: rho(parameters, top-1 drop) = {} over {} networks",
+                    num(rho),
+                    points.len()
+                ),
+            ));
+        }
+    }
+    let vulnerable = if vulnerable.is_empty() {
+        Part::untestable(
+            "(b) no dataset and technique with three networks of recorded compressed accuracy",
+        )
+    } else {
+        Part::new(
+            vulnerable
+                .iter()
+                .fold(Verdict::Holds, |v, p| v.and(p.verdict)),
+            format!(
+                "(b) {}",
+                vulnerable
+                    .into_iter()
+                    .map(|p| p.evidence)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        )
+    };
+    Outcome::of(vec![size, vulnerable], vec![])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Network;
+    use super::super::fixtures::{cell, sweeps, verdict, verdict_with};
+    use super::*;
+    use crate::compression::Sweeps;
+
+    fn acc(dataset: Dataset, model: &str, technique: Compression, top1: f64) -> RecordedAccuracy {
+        RecordedAccuracy {
+            dataset,
+            model: model.into(),
+            technique,
+            level: technique.is_pruning().then_some(0.2),
+            top1,
+            source: "test".into(),
+        }
+    }
+
+    #[test]
+    fn i_compares_mean_drops_across_datasets() {
+        let nets = [
+            (Dataset::Cifar10, "resnet18"),
+            (Dataset::Imagenet, "resnet50"),
+        ];
+        let facts = sweeps(&nets, 0.8, 0.9); // chosen levels 0.2 and 0.1
+        let records = |imagenet_int8: f64| {
+            vec![
+                acc(Dataset::Cifar10, "resnet18", Compression::Dense, 93.0),
+                acc(
+                    Dataset::Cifar10,
+                    "resnet18",
+                    Compression::WeightPruning,
+                    92.0,
+                ),
+                acc(Dataset::Imagenet, "resnet50", Compression::Dense, 76.0),
+                acc(
+                    Dataset::Imagenet,
+                    "resnet50",
+                    Compression::Int8,
+                    imagenet_int8,
+                ),
+            ]
+        };
+        let holds = verdict_with("I", &[], &[], &facts, &records(70.0));
+        assert_eq!(holds.verdict, Verdict::Holds, "{:?}", holds.evidence);
+        let fails = verdict_with("I", &[], &[], &facts, &records(75.5));
+        assert_eq!(fails.verdict, Verdict::DoesNotHold, "{:?}", fails.evidence);
+        // Only dense accuracy recorded (the published file today).
+        let dense_only: Vec<_> = records(70.0)
+            .into_iter()
+            .filter(|a| a.technique == Compression::Dense)
+            .collect();
+        let untested = verdict_with("I", &[], &[], &facts, &dense_only);
+        assert_eq!(untested.verdict, Verdict::CannotBeTested);
+    }
+
+    #[test]
+    fn ii_needs_fast_cifar_and_slow_imagenet_pruning() {
+        let rows = |imagenet_pruned: f64| {
+            let mut rows = Vec::new();
+            for (d, m, pruned) in [
+                (Dataset::Cifar10, "resnet18", 5.0),
+                (Dataset::Imagenet, "resnet50", imagenet_pruned),
+            ] {
+                rows.extend(cell(
+                    "i7",
+                    d,
+                    m,
+                    Compression::Dense,
+                    true,
+                    [10.0, 12.0, 11.0],
+                ));
+                rows.extend(cell(
+                    "i7",
+                    d,
+                    m,
+                    Compression::WeightPruning,
+                    true,
+                    [pruned, pruned, pruned],
+                ));
+            }
+            rows
+        };
+        let holds = verdict("II", &rows(20.0));
+        assert_eq!(holds.verdict, Verdict::Holds, "{:?}", holds.evidence);
+        assert_eq!(holds.devices, ["i7"]);
+        let fails = verdict("II", &rows(5.0));
+        assert_eq!(fails.verdict, Verdict::DoesNotHold, "{:?}", fails.evidence);
+        // Untuned rows do not count.
+        let untuned: Vec<_> = rows(20.0)
+            .into_iter()
+            .map(|mut r| {
+                r.tuned = false;
+                r
+            })
+            .collect();
+        assert_eq!(verdict("II", &untuned).verdict, Verdict::CannotBeTested);
+    }
+
+    #[test]
+    fn iii_ranks_size_against_accuracy() {
+        let networks: Vec<Network> = [("a", 1_000_000), ("b", 2_000_000), ("c", 3_000_000)]
+            .map(|(m, p)| Network {
+                dataset: Dataset::Cifar10,
+                model: m.into(),
+                params: p,
+            })
+            .into();
+        let nets = [
+            (Dataset::Cifar10, "a"),
+            (Dataset::Cifar10, "b"),
+            (Dataset::Cifar10, "c"),
+        ];
+        let facts = sweeps(&nets, 0.8, 0.9);
+        let records = |dense: [f64; 3], pruned: [f64; 3]| {
+            let mut r = Vec::new();
+            for (i, m) in ["a", "b", "c"].iter().enumerate() {
+                r.push(acc(Dataset::Cifar10, m, Compression::Dense, dense[i]));
+                r.push(acc(
+                    Dataset::Cifar10,
+                    m,
+                    Compression::WeightPruning,
+                    pruned[i],
+                ));
+            }
+            r
+        };
+        // Bigger is not more accurate; the smallest loses the most.
+        let holds = verdict_with(
+            "III",
+            &[],
+            &networks,
+            &facts,
+            &records([94.0, 92.0, 93.0], [84.0, 90.0, 92.5]),
+        );
+        assert_eq!(holds.verdict, Verdict::Holds, "{:?}", holds.evidence);
+        // Accuracy rises with size: (a) fails.
+        let fails = verdict_with(
+            "III",
+            &[],
+            &networks,
+            &facts,
+            &records([90.0, 92.0, 94.0], [80.0, 90.0, 93.5]),
+        );
+        assert_eq!(fails.verdict, Verdict::DoesNotHold, "{:?}", fails.evidence);
+        // The smallest loses the least: (b) fails.
+        let fails = verdict_with(
+            "III",
+            &[],
+            &networks,
+            &facts,
+            &records([94.0, 92.0, 93.0], [93.9, 90.0, 88.0]),
+        );
+        assert_eq!(fails.verdict, Verdict::DoesNotHold, "{:?}", fails.evidence);
+        // Dense accuracy only: (a) holds, (b) cannot be tested.
+        let dense: Vec<_> = records([94.0, 92.0, 93.0], [0.0; 3])
+            .into_iter()
+            .filter(|a| a.technique == Compression::Dense)
+            .collect();
+        let partial = verdict_with("III", &[], &networks, &Sweeps::default(), &dense);
+        assert_eq!(partial.verdict, Verdict::CannotBeTested);
+        assert!(
+            partial.evidence[0].contains("rho(parameters, dense top-1) = -0.5"),
+            "{:?}",
+            partial.evidence
+        );
+    }
+}

@@ -1,0 +1,521 @@
+//! Figures as data and their rendering to SVG and PNG.
+//!
+//! Text is laid out with the embedded DejaVu Sans (assets/, with its
+//! licence), so the output does not depend on the fonts of the machine, and
+//! the same data gives the same bytes. One module draws each kind of body.
+
+mod bars;
+mod heatmap;
+mod lines;
+mod matrices;
+mod scatter;
+mod stack;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+use serde::{Serialize, Serializer};
+use std::sync::Once;
+
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+static REGISTER: Once = Once::new();
+
+fn register_font() {
+    REGISTER.call_once(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+            .unwrap_or_else(|_| panic!("the embedded font is a valid TrueType file"));
+    });
+}
+
+/// One bar series: a value (or a gap) per group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Series {
+    pub name: String,
+    pub values: Vec<Option<f64>>,
+}
+
+/// One panel of grouped bars.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Panel {
+    pub title: String,
+    pub groups: Vec<String>,
+    pub series: Vec<Series>,
+}
+
+/// A labelled point of a scatter series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    pub label: String,
+    pub x: f64,
+    pub y: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScatterSeries {
+    pub name: String,
+    pub points: Vec<Point>,
+}
+
+/// A scatter plot; `diagonal` draws y = x.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScatterPanel {
+    pub title: String,
+    pub x_label: String,
+    pub series: Vec<ScatterSeries>,
+    pub diagonal: bool,
+}
+
+/// A grid of categorical cells (e.g. the best algorithm), coloured by value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Heatmap {
+    pub rows: Vec<String>,
+    pub columns: Vec<String>,
+    /// `cells[row][column]`: a category, or nothing measured.
+    pub cells: Vec<Vec<Option<String>>>,
+    /// Categories in legend (and colour) order.
+    pub categories: Vec<String>,
+}
+
+/// A layer of the acceleration stack and the values a study gives it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StackLayer {
+    pub name: String,
+    /// One line of text per group of values (wrapped when drawn).
+    pub values: Vec<String>,
+}
+
+/// A real-valued matrix drawn as a heat map.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MatrixPanel {
+    pub title: String,
+    /// A line under the title: what the panel shows in numbers.
+    pub note: String,
+    pub rows: usize,
+    pub columns: usize,
+    /// Row-major; snapshots show one line of text per row.
+    #[serde(serialize_with = "rows_as_text")]
+    pub values: Vec<f64>,
+    /// The magnitude drawn at full colour.
+    pub scale: f64,
+}
+
+/// A series of (x, y) points joined by a line, with one point ringed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LineSeries {
+    pub name: String,
+    pub points: Vec<[f64; 2]>,
+    pub marked: Option<[f64; 2]>,
+}
+
+/// A panel of line series over x in [0, 1].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LinePanel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub log_y: bool,
+    pub series: Vec<LineSeries>,
+    /// Drawn across the panel when non-empty, e.g. why a series is missing.
+    pub note: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Body {
+    Bars(Vec<Panel>),
+    Scatter(Vec<ScatterPanel>),
+    Heatmap(Heatmap),
+    Stack(Vec<StackLayer>),
+    /// Heat maps laid out `columns` to a row.
+    Matrices {
+        columns: usize,
+        panels: Vec<MatrixPanel>,
+    },
+    /// Line panels laid out `columns` to a row.
+    Lines {
+        columns: usize,
+        panels: Vec<LinePanel>,
+    },
+}
+
+/// A figure as data: what snapshot tests compare.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FigureData {
+    pub number: usize,
+    pub title: String,
+    pub y_label: String,
+    pub log_y: bool,
+    pub body: Body,
+    pub footer: String,
+}
+
+const PANEL_HEIGHT: u32 = 420;
+const LINE_PANEL: (u32, u32) = (620, 360);
+const TITLE_HEIGHT: u32 = 40;
+const FOOTER_LINE: u32 = 17;
+/// Footer characters per pixel of width: DejaVu Sans at 13 px averages
+/// about 7 px a character.
+const FOOTER_CHAR_PX: u32 = 7;
+/// The ten colours of matplotlib's `tab10`, so eight networks stay apart.
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn round(v: f64) -> f64 {
+    dlas_core::results::round_significant(v, 3)
+}
+
+/// Splits `text` at spaces into lines of at most `width` characters (a
+/// longer word stays whole).
+pub(crate) fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+fn rows_as_text<S: Serializer>(values: &[f64], s: S) -> Result<S::Ok, S::Error> {
+    // The panel's column count is not known here; 24 values a line keeps
+    // snapshot lines readable whatever the matrix.
+    let lines: Vec<String> = values
+        .chunks(24)
+        .map(|row| {
+            row.iter()
+                .map(|v| round(*v).to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    lines.serialize(s)
+}
+
+impl FigureData {
+    /// Width and height of the body in pixels, without title and footer.
+    fn body_size(&self) -> (u32, u32) {
+        match &self.body {
+            Body::Bars(panels) => {
+                let groups = panels.iter().map(|p| p.groups.len()).max().unwrap_or(1);
+                (
+                    (220 + 22 * groups as u32).max(900),
+                    PANEL_HEIGHT * panels.len().max(1) as u32,
+                )
+            }
+            Body::Scatter(panels) => (900, PANEL_HEIGHT * panels.len().max(1) as u32),
+            Body::Heatmap(h) => (
+                (420 + 110 * h.columns.len() as u32).max(900),
+                160 + 18 * h.rows.len() as u32,
+            ),
+            Body::Stack(layers) => (
+                1100,
+                40 + layers.iter().map(stack::band_height).sum::<u32>(),
+            ),
+            Body::Matrices { columns, panels } => {
+                let (w, h) = panels.first().map_or((0, 0), matrices::panel_size);
+                let rows = panels.len().div_ceil((*columns).max(1)) as u32;
+                ((w * *columns as u32).max(900), h * rows + 40)
+            }
+            Body::Lines { columns, panels } => {
+                let rows = panels.len().div_ceil((*columns).max(1)) as u32;
+                (LINE_PANEL.0 * *columns as u32, LINE_PANEL.1 * rows)
+            }
+        }
+    }
+
+    /// The footer wrapped to the figure's width.
+    fn footer_lines(&self, width: u32) -> Vec<String> {
+        wrap(&self.footer, ((width - 20) / FOOTER_CHAR_PX) as usize)
+    }
+
+    fn footer_height(&self, width: u32) -> u32 {
+        10 + FOOTER_LINE * self.footer_lines(width).len() as u32
+    }
+
+    /// Width and height in pixels.
+    pub fn size(&self) -> (u32, u32) {
+        let (width, body) = self.body_size();
+        (width, TITLE_HEIGHT + body + self.footer_height(width))
+    }
+
+    /// Renders to SVG text.
+    pub fn svg(&self) -> DrawResult<String> {
+        register_font();
+        let mut out = String::new();
+        {
+            let root = SVGBackend::with_string(&mut out, self.size()).into_drawing_area();
+            self.draw(&root)?;
+        }
+        Ok(out)
+    }
+
+    /// Renders to PNG bytes.
+    pub fn png(&self) -> DrawResult<Vec<u8>> {
+        register_font();
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("figure.png");
+        {
+            let root = BitMapBackend::new(&path, self.size()).into_drawing_area();
+            self.draw(&root)?;
+        }
+        Ok(std::fs::read(&path)?)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        root.fill(&WHITE)?;
+        let (width, height) = root.dim_in_pixel();
+        let (main, footer) = root.split_vertically(height - self.footer_height(width));
+        let main = main.titled(
+            &format!("Figure {}: {}", self.number, self.title),
+            ("sans-serif", 20),
+        )?;
+        match &self.body {
+            Body::Bars(panels) => {
+                let areas = main.split_evenly((panels.len().max(1), 1));
+                for (panel, area) in panels.iter().zip(areas) {
+                    bars::draw(panel, &self.y_label, &area)?;
+                }
+            }
+            Body::Scatter(panels) => {
+                let areas = main.split_evenly((panels.len().max(1), 1));
+                for (panel, area) in panels.iter().zip(areas) {
+                    scatter::draw(panel, &self.y_label, &area)?;
+                }
+            }
+            Body::Heatmap(heatmap) => heatmap::draw(heatmap, &main)?,
+            Body::Stack(layers) => stack::draw(layers, &main)?,
+            Body::Matrices { columns, panels } => {
+                let (w, h) = panels.first().map_or((0, 0), matrices::panel_size);
+                for (i, panel) in panels.iter().enumerate() {
+                    let (x, y) = ((i % columns) as u32 * w, (i / columns) as u32 * h);
+                    let area = main.clone().shrink((x, y), (w, h));
+                    matrices::draw(panel, &area)?;
+                }
+                let rows = panels.len().div_ceil((*columns).max(1)) as u32;
+                matrices::draw_legend(&main, (rows * h) as i32 + 8)?;
+            }
+            Body::Lines { columns, panels } => {
+                let rows = panels.len().div_ceil((*columns).max(1));
+                let areas = main.split_evenly((rows, *columns));
+                for (i, (panel, area)) in panels.iter().zip(areas).enumerate() {
+                    lines::draw(panel, i == 0, &area)?;
+                }
+            }
+        }
+        for (i, line) in self.footer_lines(width).into_iter().enumerate() {
+            footer.draw(&Text::new(
+                line,
+                (10, 8 + (FOOTER_LINE * i as u32) as i32),
+                ("sans-serif", 13).into_font(),
+            ))?;
+        }
+        root.present()?;
+        Ok(())
+    }
+
+    /// The figure's numbers rounded to three significant digits, for snapshots.
+    pub fn rounded(&self) -> FigureData {
+        let mut copy = self.clone();
+        match &mut copy.body {
+            Body::Bars(panels) => {
+                for v in panels
+                    .iter_mut()
+                    .flat_map(|p| p.series.iter_mut())
+                    .flat_map(|s| s.values.iter_mut().flatten())
+                {
+                    *v = round(*v);
+                }
+            }
+            Body::Scatter(panels) => {
+                for p in panels
+                    .iter_mut()
+                    .flat_map(|p| p.series.iter_mut())
+                    .flat_map(|s| s.points.iter_mut())
+                {
+                    p.x = round(p.x);
+                    p.y = round(p.y);
+                }
+            }
+            Body::Lines { panels, .. } => {
+                for s in panels.iter_mut().flat_map(|p| p.series.iter_mut()) {
+                    for p in s.points.iter_mut().chain(s.marked.iter_mut()) {
+                        *p = [round(p[0]), round(p[1])];
+                    }
+                }
+            }
+            Body::Matrices { panels, .. } => {
+                for p in panels {
+                    p.scale = round(p.scale);
+                }
+            }
+            Body::Heatmap(_) | Body::Stack(_) => {}
+        }
+        copy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> FigureData {
+        FigureData {
+            number: 99,
+            title: "test".into(),
+            y_label: "ms".into(),
+            log_y: true,
+            body: Body::Bars(vec![Panel {
+                title: "panel".into(),
+                groups: vec!["a".into(), "b".into()],
+                series: vec![
+                    Series {
+                        name: "s1".into(),
+                        values: vec![Some(1.0), None],
+                    },
+                    Series {
+                        name: "s2".into(),
+                        values: vec![Some(10.0), Some(0.5)],
+                    },
+                ],
+            }]),
+            footer: "Source: test".into(),
+        }
+    }
+
+    #[test]
+    fn svg_is_deterministic_and_draws_every_bar() {
+        let a = sample().svg().unwrap();
+        assert_eq!(a, sample().svg().unwrap());
+        assert!(a.starts_with("<svg"));
+        assert!(a.contains("Figure 99: test"));
+        // Three bars plus two legend swatches are filled rectangles.
+        let filled = a.matches("<rect").count();
+        assert!(filled >= 5, "{filled} rectangles");
+    }
+
+    #[test]
+    fn png_is_deterministic() {
+        let a = sample().png().unwrap();
+        assert_eq!(&a[1..4], b"PNG");
+        assert_eq!(a, sample().png().unwrap());
+    }
+
+    #[test]
+    fn long_footers_wrap_within_the_width() {
+        let mut f = sample();
+        f.footer = "Source: a long list of files; ".repeat(20);
+        let (width, _) = f.size();
+        let lines = f.footer_lines(width);
+        assert!(lines.len() > 2, "{lines:?}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.chars().count() as u32 * FOOTER_CHAR_PX <= width - 20)
+        );
+        let svg = f.svg().unwrap();
+        assert!(svg.contains(lines.last().unwrap().trim()), "{svg}");
+        assert_eq!(wrap("a bb ccc", 4), ["a bb", "ccc"]);
+        assert_eq!(wrap("toolongword x", 4), ["toolongword", "x"]);
+    }
+
+    #[test]
+    fn scatter_and_heatmap_render() {
+        let mut f = sample();
+        f.body = Body::Scatter(vec![ScatterPanel {
+            title: "s".into(),
+            x_label: "expected".into(),
+            series: vec![ScatterSeries {
+                name: "i7".into(),
+                points: vec![Point {
+                    label: "a".into(),
+                    x: 2.0,
+                    y: 1.5,
+                }],
+            }],
+            diagonal: true,
+        }]);
+        assert!(f.svg().unwrap().contains("<circle"));
+        f.body = Body::Heatmap(Heatmap {
+            rows: vec!["r".into()],
+            columns: vec!["c".into()],
+            cells: vec![vec![Some("gemm".into())]],
+            categories: vec!["gemm".into()],
+        });
+        let svg = f.svg().unwrap();
+        assert!(svg.contains("gemm") && svg.contains("<rect"), "{svg}");
+    }
+
+    #[test]
+    fn stack_matrices_and_lines_render() {
+        let mut f = sample();
+        f.body = Body::Stack(vec![StackLayer {
+            name: "Hardware".into(),
+            values: vec!["i7, host".into()],
+        }]);
+        let svg = f.svg().unwrap();
+        assert!(
+            svg.contains("1  Hardware") && svg.contains("i7, host"),
+            "{svg}"
+        );
+
+        f.body = Body::Matrices {
+            columns: 2,
+            panels: vec![MatrixPanel {
+                title: "(a) dense".into(),
+                note: "2 x 2".into(),
+                rows: 2,
+                columns: 2,
+                values: vec![1.0, -1.0, 0.0, 0.5],
+                scale: 1.0,
+            }],
+        };
+        let svg = f.svg().unwrap();
+        // Full red, full blue and the grey of an exact zero.
+        for colour in ["#B40426", "#3B4CC0", "#C8C8C8"] {
+            assert!(svg.contains(colour), "{colour} missing");
+        }
+        assert_eq!(f.png().unwrap(), f.png().unwrap());
+
+        f.body = Body::Lines {
+            columns: 2,
+            panels: vec![LinePanel {
+                title: "ratio".into(),
+                x_label: "level".into(),
+                y_label: "x".into(),
+                log_y: true,
+                series: vec![LineSeries {
+                    name: "cifar10/resnet18".into(),
+                    points: vec![[0.5, 2.0], [0.8, 5.0]],
+                    marked: Some([0.8, 5.0]),
+                }],
+                note: "no recorded accuracy".into(),
+            }],
+        };
+        let svg = f.svg().unwrap();
+        assert!(svg.contains("<polyline") || svg.contains("<path"), "{svg}");
+        assert!(svg.contains("no recorded accuracy"));
+        assert!(svg.matches("<circle").count() >= 3);
+    }
+}

@@ -1,0 +1,54 @@
+//! The committed inputs of the report, as `reproduce` passes them: the
+//! mocked results, the compression facts and the recorded accuracies.
+
+use dlas_core::{Study, results};
+use dlas_report::compression::{LayerSlice, RecordedAccuracy, Sweeps, layer_path, sweep_path};
+use dlas_report::{Inputs, ResultsFile};
+use std::path::{Path, PathBuf};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The recorded accuracies, read as the CLI reads them.
+fn accuracy(root: &Path) -> Vec<RecordedAccuracy> {
+    dlas_compress::accuracy::read_published(&root.join("data/accuracy/published.csv"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|p| {
+            Some(RecordedAccuracy {
+                dataset: p.dataset,
+                model: p.model,
+                technique: p.technique,
+                level: p.level,
+                top1: p.top1?,
+                source: p.source,
+            })
+        })
+        .collect()
+}
+
+/// Calls `f` with the inputs of the mocked devices' results.
+pub fn with_inputs(f: impl FnOnce(&Inputs)) {
+    let root = root();
+    let study = Study::load("dlas", &root.join("data/studies")).unwrap();
+    let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
+    let rows = results::read_results(&root.join("data/results/dlas/mock.csv")).unwrap();
+    let sweeps = Sweeps::read(&root.join(sweep_path("dlas"))).unwrap();
+    let layer = LayerSlice::read(&root.join(layer_path("dlas"))).unwrap();
+    let accuracy = accuracy(&root);
+    let inputs = Inputs {
+        study: &study,
+        results: &rows,
+        specs: &specs,
+        result_files: vec![ResultsFile {
+            path: "data/results/dlas/mock.csv".into(),
+            rows: 0..rows.len(),
+        }],
+        hosts: vec![],
+        sweeps: &sweeps,
+        layer: Some(&layer),
+        accuracy: &accuracy,
+    };
+    f(&inputs);
+}

@@ -1,0 +1,379 @@
+//! Tuning a study's native combinations on the host, and applying the
+//! result to tuned runs.
+//!
+//! A tuned combination's layers become tasks ([`TaskKey`]: layer shape,
+//! kernel, weight format, layout, data type, threads, batch); identical
+//! tasks across networks and combinations are searched once, with the
+//! weights of the first layer that needs them (for sparse formats that is a
+//! real pruned layer, so the kernel sees a real sparsity pattern). Records
+//! go to the study's log and the best-of file is rewritten after every
+//! task, so an interrupted tuning resumes where it stopped.
+
+use crate::environment::Cpu;
+use crate::models::Models;
+use anyhow::{Context, Result, bail};
+use dlas_core::{Combination, Compression, Study};
+use dlas_engine::{LayerKey, ScheduleTable, workload_of};
+use dlas_tune::records::{self, VERSION};
+use dlas_tune::search::State;
+use dlas_tune::{BestOf, Budget, LayerProblem, Record, RecordLog, StopReason, TaskKey, Timer};
+use dlas_zoo::weights::Params;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Where a study's tuning records and best-of file live.
+pub fn records_path(results_dir: &Path) -> PathBuf {
+    results_dir.join("tuning").join("records.jsonl")
+}
+
+pub fn best_path(results_dir: &Path) -> PathBuf {
+    results_dir.join("tuning").join("best.json")
+}
+
+/// The `dlas tune` command that produces records for combination `c`.
+pub fn tune_command(study: &Study, c: &Combination) -> String {
+    let filter: Vec<String> = [
+        "dataset",
+        "model",
+        "compression",
+        "algorithm",
+        "format",
+        "layout",
+        "batch",
+    ]
+    .iter()
+    .filter_map(|axis| c.get(axis).map(|v| format!("{axis}={v}")))
+    .collect();
+    format!(
+        "dlas tune --study {} --device host --filter {},compiler=native,tuned=true",
+        study.name,
+        filter.join(",")
+    )
+}
+
+#[derive(Debug, Clone)]
+pub struct TuneConfig {
+    pub project_root: PathBuf,
+    pub records: PathBuf,
+    pub best: PathBuf,
+    pub threads: usize,
+    pub budget: Budget,
+    pub timer: Timer,
+    pub seed: u64,
+}
+
+/// One task to search, with the weights it is measured on.
+pub struct Task {
+    pub key: TaskKey,
+    pub weights: Vec<f32>,
+    /// The first combination that needs it (for messages).
+    pub first_needed_by: String,
+}
+
+/// What a tuning run did.
+#[derive(Debug, Clone, Default)]
+pub struct TuneReport {
+    pub tasks: usize,
+    /// Candidates measured for these tasks, in this run and earlier ones.
+    pub trials: usize,
+    /// Tasks whose search ended in this run (the others had already ended).
+    pub searched: usize,
+    pub new_trials: usize,
+    pub rejected: usize,
+    pub failed: usize,
+    pub seconds: f64,
+    /// Combinations without knobs to tune (int8), by reason.
+    pub skipped: BTreeMap<String, usize>,
+    /// Lines of the log that could not be read.
+    pub skipped_lines: Vec<String>,
+    /// Default / best time of every task, for the summary.
+    pub speedups: Vec<f64>,
+}
+
+/// The distinct tasks of `combinations` (native and tuned ones only);
+/// combinations without knobs are counted in `skipped` by reason.
+pub fn tasks(
+    study: &Study,
+    combinations: &[Combination],
+    threads: usize,
+    seed: u64,
+    skipped: &mut BTreeMap<String, usize>,
+    models: &mut Models,
+) -> Result<Vec<Task>> {
+    let mut seen = HashSet::new();
+    let mut tasks = Vec::new();
+    for c in combinations {
+        if c.compiler != "native" || !c.tuned {
+            continue;
+        }
+        if c.compression == Compression::Int8 {
+            *skipped
+                .entry("int8 GEMM has no schedule knobs: its tuned time is its untuned time".into())
+                .or_default() += 1;
+            continue;
+        }
+        let path = models.path(study, &crate::models::model_file_of(c))?;
+        let bytes = std::fs::read(&path)?;
+        let (graph, weights) = dlas_onnx::import(&bytes, &c.model, c.dataset)?;
+        let config = crate::native::engine_config(c, threads, seed, &graph, &weights);
+        let mut layers = Vec::new();
+        let mut unsupported = None;
+        for id in 0..graph.nodes.len() {
+            let Some(w) = workload_of(&graph, id) else {
+                continue;
+            };
+            let wt = match &weights.by_node[id] {
+                Some(Params::Conv { weight, .. } | Params::Linear { weight, .. }) => weight,
+                _ => bail!(
+                    "{}: layer {} has no weights",
+                    path.display(),
+                    graph.nodes[id].name
+                ),
+            };
+            match LayerKey::of(w, wt, &config) {
+                Ok(layer) => layers.push((layer, wt)),
+                Err(e) => {
+                    unsupported = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        // The engine cannot run this combination at all (its untuned run
+        // records why); there is nothing to tune.
+        if let Some(reason) = unsupported {
+            *skipped
+                .entry(format!("the engine cannot run it: {reason}"))
+                .or_default() += 1;
+            continue;
+        }
+        for (layer, wt) in layers {
+            let key = TaskKey {
+                layer,
+                threads,
+                batch: c.batch,
+            };
+            if layer.tunable() && seen.insert(key) {
+                tasks.push(Task {
+                    key,
+                    weights: wt.clone(),
+                    first_needed_by: c.canonical(),
+                });
+            }
+        }
+    }
+    Ok(tasks)
+}
+
+/// Searches every task of `combinations` on this machine.
+pub fn tune_host(
+    study: &Study,
+    combinations: &[Combination],
+    config: &TuneConfig,
+) -> Result<TuneReport> {
+    let started = Instant::now();
+    let mut report = TuneReport::default();
+    let mut models = Models::new(&config.project_root)?;
+    let tasks = tasks(
+        study,
+        combinations,
+        config.threads,
+        config.seed,
+        &mut report.skipped,
+        &mut models,
+    )?;
+    report.tasks = tasks.len();
+    let fingerprint = Cpu::detect().fingerprint();
+    let loaded = records::load(&config.records)?;
+    report.skipped_lines = loaded.skipped;
+    let mut all = loaded.records;
+    let mut history: HashMap<TaskKey, Vec<_>> = HashMap::new();
+    for r in all.iter().filter(|r| r.fingerprint == fingerprint) {
+        history
+            .entry(r.task)
+            .or_default()
+            .push((r.schedule, r.cost()));
+    }
+    let mut log = RecordLog::open(&config.records)?;
+    let progress = Progress::new(tasks.len());
+    for (i, task) in tasks.iter().enumerate() {
+        let problem = LayerProblem::new(
+            task.key.layer,
+            task.weights.clone(),
+            task.key.threads,
+            task.key.batch,
+        )?;
+        let past = history.get(&task.key).map_or(&[][..], Vec::as_slice);
+        let task_started = Instant::now();
+        let before = past.len();
+        let outcome = dlas_tune::tune(
+            &problem,
+            config.budget,
+            &config.timer,
+            past,
+            config.seed,
+            &mut |schedule, result, state: State| {
+                let record = Record {
+                    version: VERSION,
+                    fingerprint: fingerprint.clone(),
+                    task: task.key,
+                    schedule,
+                    costs_ms: result.as_ref().ok().cloned().unwrap_or_default(),
+                    error: result.as_ref().err().map(|e| format!("{e:#}")),
+                    timestamp: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs()),
+                };
+                log.append(&record)?;
+                all.push(record);
+                let rate = (state.trials - before) as f64 / task_started.elapsed().as_secs_f64();
+                progress.trial(i, &task.key, state, config.budget, rate);
+                Ok(())
+            },
+        )
+        .with_context(|| {
+            format!(
+                "tuning {} (first needed by {})",
+                task.key, task.first_needed_by
+            )
+        })?;
+        if outcome.new_trials > 0 {
+            report.searched += 1;
+            BestOf::from_records(&all).save(&config.best)?;
+        }
+        report.new_trials += outcome.new_trials;
+        report.trials += outcome.trials;
+        report.rejected += outcome.rejected;
+        report.failed += outcome.failed;
+        if let Some(d) = outcome.default_ms {
+            report.speedups.push(d / outcome.best_ms);
+        }
+        progress.task_done(i, &task.key, &outcome);
+    }
+    if !config.best.exists() {
+        BestOf::from_records(&all).save(&config.best)?;
+    }
+    progress.finish();
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Tuned schedules for this machine from a best-of file.
+#[derive(Debug, Clone)]
+pub struct Tuned {
+    pub path: PathBuf,
+    best: BestOf,
+    /// The fingerprint whose schedules are applied.
+    pub fingerprint: String,
+    /// Whether that is another machine's (only with the caller's consent).
+    pub foreign: bool,
+}
+
+impl Tuned {
+    /// Loads `path` for this machine. Schedules tuned on another machine
+    /// are applied only if `accept_foreign` and the file holds exactly one
+    /// machine; otherwise the error says whose they are and what to do.
+    pub fn load(path: &Path, accept_foreign: bool) -> Result<Tuned> {
+        let best = BestOf::load(path)?;
+        let here = Cpu::detect().fingerprint();
+        let theirs: Vec<String> = best.fingerprints().into_iter().map(String::from).collect();
+        if theirs.contains(&here) {
+            return Ok(Tuned {
+                path: path.to_path_buf(),
+                best,
+                fingerprint: here,
+                foreign: false,
+            });
+        }
+        match (accept_foreign, theirs.as_slice()) {
+            (true, [one]) => Ok(Tuned {
+                path: path.to_path_buf(),
+                fingerprint: one.clone(),
+                best,
+                foreign: true,
+            }),
+            _ => bail!(
+                "{} holds schedules tuned on {} but this machine is {here}: run `dlas tune` here, or pass --foreign-tuning to apply another machine's schedules (one machine only)",
+                path.display(),
+                if theirs.is_empty() {
+                    "no machine".to_string()
+                } else {
+                    theirs.join(", ")
+                }
+            ),
+        }
+    }
+
+    pub fn table(&self, threads: usize, batch: usize) -> ScheduleTable {
+        self.best.table(&self.fingerprint, threads, batch)
+    }
+}
+
+/// A progress bar on a terminal (best so far, trials per second, ETA over
+/// tasks), one line per task otherwise.
+struct Progress {
+    bar: Option<ProgressBar>,
+    total: usize,
+}
+
+impl Progress {
+    fn new(total: usize) -> Progress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(total as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} tasks, eta {eta} {msg}")
+                    .expect("valid template"),
+            );
+            bar
+        });
+        Progress { bar, total }
+    }
+
+    fn trial(&self, _i: usize, task: &TaskKey, state: State, budget: Budget, rate: f64) {
+        if let Some(bar) = &self.bar {
+            let speedup = state.default_ms.map_or(String::new(), |d| {
+                format!(" ({:.2}x default)", d / state.best_ms)
+            });
+            bar.set_message(format!(
+                "{}: trial {}/{} best {:.4} ms{speedup}, {rate:.1} trials/s",
+                task.layer.workload, state.trials, budget.trials, state.best_ms
+            ));
+        }
+    }
+
+    fn task_done(&self, i: usize, task: &TaskKey, o: &dlas_tune::Outcome) {
+        let stop = match o.stop {
+            StopReason::Budget => "budget",
+            StopReason::EarlyStop => "early stop",
+            StopReason::Exhausted => "space exhausted",
+        };
+        let line = format!(
+            "[{}/{}] {task}: best {:.4} ms{} after {} trials ({} new, {} rejected, {stop})",
+            i + 1,
+            self.total,
+            o.best_ms,
+            o.default_ms.map_or(String::new(), |d| format!(
+                ", {:.2}x over default",
+                d / o.best_ms
+            )),
+            o.trials,
+            o.new_trials,
+            o.rejected,
+        );
+        match &self.bar {
+            Some(bar) => {
+                bar.println(line);
+                bar.inc(1);
+            }
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

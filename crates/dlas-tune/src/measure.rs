@@ -1,0 +1,155 @@
+//! One layer timed with one candidate schedule.
+//!
+//! The protocol is TVM's `time_evaluator`: after one discarded warm-up run,
+//! `repeats` samples, each the mean of enough runs to last at least
+//! `min_repeat_ms` (so microsecond layers are not timed at the clock's
+//! resolution), and the candidate's cost is the median sample. Packing the
+//! weights for the candidate happens before the clock starts: the engine
+//! packs once at load, so packing is not part of inference time.
+
+use crate::records::TaskKey;
+use anyhow::{Context, Result};
+use dlas_engine::{Activation, Conv2d, EngineConfig, LayerKey, Schedule};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::hint::black_box;
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+
+/// How each candidate is timed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timer {
+    pub repeats: usize,
+    pub min_repeat_ms: f64,
+}
+
+impl Default for Timer {
+    /// Five samples of at least 2 ms: enough to rank candidates whose costs
+    /// differ by a few percent on a quiet machine, cheap enough for hundreds
+    /// of trials per layer.
+    fn default() -> Self {
+        Timer {
+            repeats: 5,
+            min_repeat_ms: 2.0,
+        }
+    }
+}
+
+/// A layer to tune: its key, its weights, and the threads and batch it
+/// will run with.
+pub struct LayerProblem {
+    pub key: LayerKey,
+    /// (out, in / groups, k, k): the real layer's, so sparse kernels see
+    /// the real sparsity pattern.
+    pub weights: Vec<f32>,
+    pub threads: usize,
+    pub batch: usize,
+    input: Vec<f32>,
+    pool: rayon::ThreadPool,
+}
+
+impl LayerProblem {
+    /// A problem for `key` with the layer's `weights`; the input is seeded
+    /// uniform noise (timing does not depend on activation values).
+    pub fn new(
+        key: LayerKey,
+        weights: Vec<f32>,
+        threads: usize,
+        batch: usize,
+    ) -> Result<LayerProblem> {
+        let mut rng = ChaCha8Rng::seed_from_u64(0x7a5e);
+        let input = (0..batch * key.workload.in_len())
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("dlas-tune-{i}"))
+            .build()?;
+        Ok(LayerProblem {
+            key,
+            weights,
+            threads,
+            batch,
+            input,
+            pool,
+        })
+    }
+
+    /// The engine configuration that runs this layer with `schedule`.
+    fn config(&self, schedule: Schedule) -> EngineConfig {
+        EngineConfig {
+            threads: self.threads,
+            algorithm: self.key.kernel,
+            format: self.key.format(),
+            layout: self.key.layout,
+            dtype: self.key.dtype,
+            schedule: Some(schedule),
+            quant: None,
+        }
+    }
+
+    /// The task this problem is: its key, threads and batch.
+    pub fn task(&self) -> TaskKey {
+        TaskKey {
+            layer: self.key,
+            threads: self.threads,
+            batch: self.batch,
+        }
+    }
+
+    /// Times the layer with `schedule`: per-run milliseconds of each
+    /// repeat. A kernel that panics is reported as an error, not a crash,
+    /// so one bad candidate cannot end a search.
+    pub fn measure(&self, schedule: Schedule, timer: &Timer) -> Result<Vec<f64>> {
+        let w = self.key.workload;
+        let conv = Conv2d::new(
+            w,
+            &self.weights,
+            None,
+            Activation::Identity,
+            &self.config(schedule),
+        )
+        .with_context(|| format!("packing {w} for {schedule:?}"))?;
+        let run = || black_box(conv.run(&self.pool, black_box(&self.input), self.batch));
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let t = Instant::now();
+            run();
+            let first_ms = t.elapsed().as_secs_f64() * 1e3;
+            let number = ((timer.min_repeat_ms / first_ms.max(1e-6)).ceil() as usize).max(1);
+            (0..timer.repeats.max(1))
+                .map(|_| {
+                    let t = Instant::now();
+                    for _ in 0..number {
+                        run();
+                    }
+                    t.elapsed().as_secs_f64() * 1e3 / number as f64
+                })
+                .collect()
+        }))
+        .map_err(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".into());
+            anyhow::anyhow!("the kernel panicked on {w} with {schedule:?}: {what}")
+        })
+    }
+}
+
+/// A candidate's cost: the median of its samples (the study's statistic).
+pub fn cost(samples: &[f64]) -> Option<f64> {
+    dlas_core::Summary::from_samples(samples).map(|s| s.median)
+}
+
+/// The untuned schedule of `task`: what the engine runs without records,
+/// and where every search starts.
+pub fn default_schedule(task: &TaskKey) -> Result<Schedule> {
+    let l = &task.layer;
+    Ok(dlas_engine::conv::default_schedule(
+        l.kernel,
+        &l.workload,
+        task.threads,
+        l.layout == dlas_core::Layout::Nhwc,
+    )?)
+}

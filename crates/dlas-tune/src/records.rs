@@ -1,0 +1,258 @@
+//! Tuning records: one JSON line per measured candidate, like the tuning
+//! logs TVM users know, and the best-of file derived from them.
+//!
+//! The log is the truth and is only ever appended to: each record is one
+//! `write` of a whole line followed by `fsync`, so a crash loses at most the
+//! candidate being measured, and a torn last line is skipped (and reported)
+//! when the log is read back. The best-of file is derived, rewritten
+//! atomically, and small enough to commit: it is what tuned runs apply.
+
+use crate::measure::{cost, default_schedule};
+use anyhow::{Context, Result, bail};
+use dlas_engine::{LayerKey, Schedule, ScheduleTable};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// Format version of records and best-of files.
+pub const VERSION: u32 = 1;
+
+/// What one search is about: a layer, on some threads, at some batch size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskKey {
+    pub layer: LayerKey,
+    pub threads: usize,
+    pub batch: usize,
+}
+
+impl std::fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} | {}t b{}", self.layer, self.threads, self.batch)
+    }
+}
+
+/// One measured candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub version: u32,
+    /// The machine it was measured on (see `dlas_runner::environment`).
+    pub fingerprint: String,
+    pub task: TaskKey,
+    pub schedule: Schedule,
+    /// Milliseconds per run of each repeat; empty when `error` is set.
+    pub costs_ms: Vec<f64>,
+    pub error: Option<String>,
+    /// Seconds since the Unix epoch.
+    pub timestamp: u64,
+}
+
+impl Record {
+    /// The candidate's cost (median of its repeats), `None` if it failed.
+    pub fn cost(&self) -> Option<f64> {
+        match self.error {
+            Some(_) => None,
+            None => cost(&self.costs_ms),
+        }
+    }
+}
+
+/// The append-only log of records.
+pub struct RecordLog {
+    path: PathBuf,
+    file: File,
+}
+
+impl RecordLog {
+    /// Opens (creating) the log at `path` for appending. If a crash left
+    /// a torn last line, a newline is written first so the next record
+    /// starts a line of its own.
+    pub fn open(path: &Path) -> Result<RecordLog> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the directory of {}", path.display()))?;
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening tuning records {}", path.display()))?;
+        let len = file.metadata()?.len();
+        if len > 0 {
+            let mut last = [0u8];
+            file.seek(SeekFrom::Start(len - 1))?;
+            file.read_exact(&mut last)?;
+            if last[0] != b'\n' {
+                file.write_all(b"\n")?;
+            }
+        }
+        Ok(RecordLog {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// Appends `record` as one line and waits until it is on disk.
+    pub fn append(&mut self, record: &Record) -> Result<()> {
+        let mut line = serde_json::to_string(record)?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|()| self.file.sync_data())
+            .with_context(|| format!("appending to {}", self.path.display()))
+    }
+}
+
+/// The records of a log, and the lines that could not be read.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub records: Vec<Record>,
+    /// `file:line: why` for every skipped line (a torn write, an edit).
+    pub skipped: Vec<String>,
+}
+
+/// Reads the log at `path` (a missing log has no records). Lines that do
+/// not parse are skipped and listed; a record of another format version is
+/// an error, since its fields cannot be trusted to mean the same thing.
+pub fn load(path: &Path) -> Result<Loaded> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut loaded = Loaded::default();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(line) {
+            Ok(r) if r.version == VERSION => loaded.records.push(r),
+            Ok(r) => bail!(
+                "{}:{}: tuning record of format version {}, this dlas reads version {VERSION}",
+                path.display(),
+                i + 1,
+                r.version
+            ),
+            Err(e) => loaded
+                .skipped
+                .push(format!("{}:{}: {e}", path.display(), i + 1)),
+        }
+    }
+    Ok(loaded)
+}
+
+/// The best measured schedule of one task on one machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BestEntry {
+    pub fingerprint: String,
+    pub task: TaskKey,
+    pub schedule: Schedule,
+    pub cost_ms: f64,
+    /// The default schedule's cost when it was measured in the same search.
+    pub default_ms: Option<f64>,
+    /// Candidates measured for this task.
+    pub trials: usize,
+}
+
+/// The best schedule of every task of every machine in a log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BestOf {
+    pub version: u32,
+    pub entries: Vec<BestEntry>,
+}
+
+impl BestOf {
+    /// Derives the best-of from `records`. Ties keep the earlier record, so
+    /// the result depends only on the log's content.
+    pub fn from_records(records: &[Record]) -> BestOf {
+        let mut best: BTreeMap<(String, String), BestEntry> = BTreeMap::new();
+        let mut defaults: BTreeMap<(String, String), f64> = BTreeMap::new();
+        let mut trials: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for r in records {
+            let id = (r.fingerprint.clone(), r.task.to_string());
+            *trials.entry(id.clone()).or_default() += 1;
+            let Some(c) = r.cost() else { continue };
+            if default_schedule(&r.task).is_ok_and(|d| d == r.schedule) {
+                defaults.entry(id.clone()).or_insert(c);
+            }
+            best.entry(id)
+                .and_modify(|e| {
+                    if c < e.cost_ms {
+                        e.schedule = r.schedule;
+                        e.cost_ms = c;
+                    }
+                })
+                .or_insert(BestEntry {
+                    fingerprint: r.fingerprint.clone(),
+                    task: r.task,
+                    schedule: r.schedule,
+                    cost_ms: c,
+                    default_ms: None,
+                    trials: 0,
+                });
+        }
+        BestOf {
+            version: VERSION,
+            entries: best
+                .into_iter()
+                .map(|(id, mut e)| {
+                    e.default_ms = defaults.get(&id).copied();
+                    e.trials = trials[&id];
+                    e
+                })
+                .collect(),
+        }
+    }
+
+    /// Writes the file atomically: JSON with one entry per line, in a
+    /// fixed order, so a re-tuned layer is a one-line diff.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let entries: Vec<String> = self
+            .entries
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<_, _>>()?;
+        let json = format!(
+            "{{\"version\": {},\n\"entries\": [\n{}\n]}}\n",
+            self.version,
+            entries.join(",\n")
+        );
+        dlas_core::atomic::write_atomic(path, json.as_bytes())
+    }
+
+    pub fn load(path: &Path) -> Result<BestOf> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading tuning best-of file {}", path.display()))?;
+        let best: BestOf = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a tuning best-of file", path.display()))?;
+        if best.version != VERSION {
+            bail!(
+                "{}: best-of format version {}, this dlas reads version {VERSION}",
+                path.display(),
+                best.version
+            );
+        }
+        Ok(best)
+    }
+
+    /// The machines the file has schedules for.
+    pub fn fingerprints(&self) -> BTreeSet<&str> {
+        self.entries
+            .iter()
+            .map(|e| e.fingerprint.as_str())
+            .collect()
+    }
+
+    /// The schedules measured on `fingerprint` for `threads` and `batch`.
+    pub fn table(&self, fingerprint: &str, threads: usize, batch: usize) -> ScheduleTable {
+        self.entries
+            .iter()
+            .filter(|e| {
+                e.fingerprint == fingerprint && e.task.threads == threads && e.task.batch == batch
+            })
+            .map(|e| (e.task.layer, e.schedule))
+            .collect()
+    }
+}

@@ -1,0 +1,234 @@
+//! The search: an evolutionary loop over one layer's schedules, measured
+//! on the machine itself.
+//!
+//! It starts from the default schedule (so "tuned" can never be slower than
+//! "untuned" by more than measurement noise), then draws each candidate
+//! either uniformly at random (exploration), as a mutation of a good
+//! schedule picked by tournament among the best measured so far, or as a
+//! crossover of two of them followed by a mutation. Candidates the engine
+//! rejects are counted and never measured; duplicates are never measured
+//! twice. The search stops at the trial budget, after `early_stop` trials
+//! without a better schedule (Ansor's rule), or when no unmeasured valid
+//! candidate can be found.
+//!
+//! A search resumes from the history of its records: the measured set, the
+//! best and the trials since the last improvement are replayed, and the
+//! random stream is re-seeded from the task and the number of trials done.
+
+use crate::measure::{LayerProblem, Timer, cost, default_schedule};
+use crate::space;
+use anyhow::Result;
+use dlas_engine::Schedule;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+
+/// How many candidates a search may measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub trials: usize,
+    /// Stop after this many trials without a better schedule.
+    pub early_stop: usize,
+}
+
+impl Budget {
+    /// The study's setting: Ansor with 20,000 trials and an early stop
+    /// after 1,000 without improvement.
+    pub const STUDY: Budget = Budget {
+        trials: 20_000,
+        early_stop: 1_000,
+    };
+}
+
+/// Why a search ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Budget,
+    EarlyStop,
+    /// No unmeasured valid candidate turned up in many draws.
+    Exhausted,
+}
+
+/// What a search found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub best: Schedule,
+    pub best_ms: f64,
+    pub default_ms: Option<f64>,
+    /// Candidates measured, including those replayed from the history.
+    pub trials: usize,
+    /// Candidates measured by this call.
+    pub new_trials: usize,
+    /// Distinct candidates the engine rejected before measurement.
+    pub rejected: usize,
+    /// Measured candidates whose kernel failed.
+    pub failed: usize,
+    pub stop: StopReason,
+}
+
+/// Where a search is, for progress reports.
+#[derive(Debug, Clone, Copy)]
+pub struct State {
+    pub trials: usize,
+    pub best_ms: f64,
+    pub default_ms: Option<f64>,
+}
+
+/// Called after each measurement with the candidate, its per-run costs
+/// (or why it failed) and where the search is.
+pub type OnTrial<'a> = dyn FnMut(Schedule, &Result<Vec<f64>>, State) -> Result<()> + 'a;
+
+/// Schedules kept as parents: the best measured so far.
+const ELITES: usize = 8;
+/// Draws without a new valid candidate before the space counts as exhausted.
+const MAX_MISSES: usize = 2_000;
+
+/// Searches `problem`'s schedules. `history` is what earlier searches of
+/// the same task on this machine measured (schedule, cost or `None` when it
+/// failed), in order; `on_trial` is called after every measurement, before
+/// the next one starts (it appends the record). Errors from `on_trial`
+/// end the search.
+pub fn tune(
+    problem: &LayerProblem,
+    budget: Budget,
+    timer: &Timer,
+    history: &[(Schedule, Option<f64>)],
+    seed: u64,
+    on_trial: &mut OnTrial<'_>,
+) -> Result<Outcome> {
+    let task = problem.task();
+    let w = task.layer.workload;
+    let default = default_schedule(&task)?;
+    let mut seen = Seen {
+        default,
+        measured: HashMap::new(),
+        ranked: Vec::new(),
+        state: State {
+            trials: 0,
+            best_ms: f64::INFINITY,
+            default_ms: None,
+        },
+        since_best: 0,
+    };
+    let mut failed = 0;
+    for &(s, c) in history {
+        seen.record(s, c);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ task_hash(&task) ^ seen.state.trials as u64);
+    let mut invalid: HashSet<Schedule> = HashSet::new();
+    let mut new_trials = 0;
+    let stop = loop {
+        if seen.state.trials >= budget.trials {
+            break StopReason::Budget;
+        }
+        if seen.since_best >= budget.early_stop {
+            break StopReason::EarlyStop;
+        }
+        let candidate = if !seen.measured.contains_key(&default) {
+            Some(default)
+        } else {
+            let mut misses = 0;
+            loop {
+                let parents: Vec<Schedule> = seen.ranked.iter().map(|&(_, s)| s).collect();
+                let c = propose(default, &parents, &mut rng);
+                if seen.measured.contains_key(&c) || invalid.contains(&c) {
+                    misses += 1;
+                } else if c.validate(&w).is_err() {
+                    invalid.insert(c);
+                    misses += 1;
+                } else {
+                    break Some(c);
+                }
+                if misses >= MAX_MISSES {
+                    break None;
+                }
+            }
+        };
+        let Some(candidate) = candidate else {
+            break StopReason::Exhausted;
+        };
+        let result = problem.measure(candidate, timer);
+        let c = result.as_ref().ok().and_then(|samples| cost(samples));
+        failed += usize::from(c.is_none());
+        seen.record(candidate, c);
+        new_trials += 1;
+        on_trial(candidate, &result, seen.state)?;
+    };
+    let (best_ms, best) = seen
+        .ranked
+        .first()
+        .copied()
+        .ok_or_else(|| anyhow::anyhow!("no candidate of {task} could be measured"))?;
+    Ok(Outcome {
+        best,
+        best_ms,
+        default_ms: seen.state.default_ms,
+        trials: seen.state.trials,
+        new_trials,
+        rejected: invalid.len(),
+        failed,
+        stop,
+    })
+}
+
+/// What a search has measured so far.
+struct Seen {
+    default: Schedule,
+    measured: HashMap<Schedule, Option<f64>>,
+    /// The best `ELITES` measured, cheapest first.
+    ranked: Vec<(f64, Schedule)>,
+    state: State,
+    since_best: usize,
+}
+
+impl Seen {
+    fn record(&mut self, s: Schedule, c: Option<f64>) {
+        self.measured.insert(s, c);
+        self.state.trials += 1;
+        if s == self.default {
+            self.state.default_ms = self.state.default_ms.or(c);
+        }
+        match c {
+            Some(c) if c < self.state.best_ms => {
+                self.state.best_ms = c;
+                self.since_best = 0;
+            }
+            _ => self.since_best += 1,
+        }
+        if let Some(c) = c {
+            self.ranked.push((c, s));
+            self.ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+            self.ranked.truncate(ELITES);
+        }
+    }
+}
+
+/// One candidate: random a quarter of the time (or while there are fewer
+/// than two parents), otherwise a mutation of a tournament winner or a
+/// mutated crossover of two winners.
+fn propose(like: Schedule, parents: &[Schedule], rng: &mut ChaCha8Rng) -> Schedule {
+    let tournament = |rng: &mut ChaCha8Rng| {
+        // `parents` is sorted best first: the smaller index wins.
+        let a = rng.random_range(0..parents.len());
+        let b = rng.random_range(0..parents.len());
+        parents[a.min(b)]
+    };
+    if parents.len() < 2 || rng.random_bool(0.25) {
+        return space::random(like, rng);
+    }
+    if rng.random_bool(0.6) {
+        let p = tournament(rng);
+        space::mutate(p, rng)
+    } else {
+        let (a, b) = (tournament(rng), tournament(rng));
+        space::mutate(space::crossover(a, b, rng), rng)
+    }
+}
+
+/// A stable 64-bit hash of a task, to seed its random stream.
+fn task_hash(task: &crate::records::TaskKey) -> u64 {
+    let json = serde_json::to_vec(task).expect("a task serialises");
+    let digest = Sha256::digest(&json);
+    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
+}
