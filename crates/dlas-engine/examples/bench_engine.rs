@@ -10,7 +10,7 @@
 use dlas_core::{Algorithm, Dataset};
 use dlas_engine::{
     Conv2d, DType, Engine, EngineConfig, FormatChoice, GemmSchedule, ParallelLoop, Schedule,
-    Workload,
+    VectorAxis, Workload,
 };
 use dlas_zoo::weights::{Weights, generate, input};
 use rand::{Rng, SeedableRng};
@@ -137,26 +137,30 @@ fn config(algorithm: Algorithm, format: FormatChoice) -> EngineConfig {
 }
 
 /// Gemm schedules tried per layer: every register tile this CPU runs, both
-/// parallel loops, three cache blockings (those that `validate` accepts).
+/// vector axes, both parallel loops, three cache blockings (those that
+/// `validate` accepts).
 fn gemm_candidates(w: &Workload) -> Vec<Schedule> {
     let mut v = vec![];
     for &(mr, nr) in dlas_engine::schedule::GEMM_TILES {
-        for parallel in [ParallelLoop::OutputChannels, ParallelLoop::Spatial] {
-            for (mc, nc) in [(mr * 8, nr * 16), (mr * 4, nr * 4), (mr * 2, nr * 32)] {
-                // The largest kc whose B panel fits the schedule's L1 budget.
-                let kc = (4096 / nr).min(256);
-                v.push(Schedule::Gemm(GemmSchedule {
-                    mr,
-                    nr,
-                    kc,
-                    mc,
-                    nc,
-                    parallel,
-                }));
-                v.retain(|s| s.validate(w).is_ok());
+        for vectors in [VectorAxis::Spatial, VectorAxis::OutputChannels] {
+            for parallel in [ParallelLoop::OutputChannels, ParallelLoop::Spatial] {
+                for (mc, nc) in [(mr * 8, nr * 16), (mr * 4, nr * 4), (mr * 2, nr * 32)] {
+                    // The largest kc whose B panel fits the schedule's L1 budget.
+                    let kc = (4096 / nr).min(256);
+                    v.push(Schedule::Gemm(GemmSchedule {
+                        mr,
+                        nr,
+                        kc,
+                        mc,
+                        nc,
+                        parallel,
+                        vectors,
+                    }));
+                }
             }
         }
     }
+    v.retain(|s| s.validate(w).is_ok());
     v
 }
 

@@ -23,18 +23,25 @@ pub(crate) struct AlignedVec {
 }
 
 impl AlignedVec {
-    /// Sets the length to `len`; values kept from before stay, new ones
-    /// are zero.
+    /// Sets the length to `len`. Values up to the old length stay; the
+    /// others are unspecified (zeros, or what an earlier, longer use left):
+    /// every user packs its whole buffer, and not zeroing it again is the
+    /// point of keeping it.
     pub fn resize(&mut self, len: usize) {
         let lines = len.div_ceil(16);
         if lines > self.lines.len() {
             self.lines.resize(lines, Line::default());
         }
-        let old = self.len.min(len);
         self.len = len;
-        // Values past the old length may hold what an earlier, longer use
-        // left there: zero them, as `Vec::resize` would.
-        self[old..].fill(0.0);
+    }
+}
+
+impl From<&[f32]> for AlignedVec {
+    fn from(values: &[f32]) -> AlignedVec {
+        let mut v = AlignedVec::default();
+        v.resize(values.len());
+        v.copy_from_slice(values);
+        v
     }
 }
 
@@ -61,7 +68,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn starts_on_a_cache_line_and_resizes_like_a_vec() {
+    fn starts_on_a_cache_line_and_keeps_values_when_resized() {
         let mut v = AlignedVec::default();
         v.resize(20);
         assert_eq!(v.as_ptr() as usize % 64, 0);
@@ -69,7 +76,10 @@ mod tests {
         v.resize(5);
         v.resize(40);
         assert_eq!(&v[..5], &[0.0, 1.0, 2.0, 3.0, 4.0]);
-        assert!(v[5..].iter().all(|&x| x == 0.0));
+        assert!(
+            v[20..].iter().all(|&x| x == 0.0),
+            "never-used values are zeros"
+        );
         assert_eq!(v.len(), 40);
     }
 }

@@ -173,8 +173,8 @@ impl DepthwiseConv {
                 let (first, second) = if p % 2 == 0 { (even, odd) } else { (odd, even) };
                 split_pairs(
                     src,
-                    &mut first[p / 2..],
-                    &mut second[p.div_ceil(2)..],
+                    first.get_mut(p / 2..).unwrap_or_default(),
+                    second.get_mut(p.div_ceil(2)..).unwrap_or_default(),
                     self.isa,
                 );
                 continue;
@@ -185,8 +185,10 @@ impl DepthwiseConv {
                 let j0 = p.saturating_sub(r).div_ceil(s);
                 let dst = &mut buf[(r * nrows + yy) * pw..][..pw];
                 let x0 = j0 * s + r - p;
-                for (d, &v) in dst[j0..].iter_mut().zip(src[x0..].iter().step_by(s)) {
-                    *d = v;
+                if j0 < pw && x0 < iw {
+                    for (d, &v) in dst[j0..].iter_mut().zip(src[x0..].iter().step_by(s)) {
+                        *d = v;
+                    }
                 }
             }
         }

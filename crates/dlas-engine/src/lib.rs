@@ -51,6 +51,7 @@ pub use engine::Engine;
 pub use epilogue::Activation;
 pub use schedule::{
     DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
+    VectorAxis,
 };
 pub use tuning::{LayerKey, ScheduleTable, workload_of};
 pub use workload::Workload;

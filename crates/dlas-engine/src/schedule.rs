@@ -21,6 +21,26 @@ pub enum ParallelLoop {
     Spatial,
 }
 
+/// The output dimension a GEMM's vectors run along: the `nr` columns of
+/// its register tile, the B operand's panels. The other one is the tile's
+/// `mr` rows, one broadcast each. A tile does `mr * nr / lanes` FMAs for
+/// `mr + nr / lanes` loads per reduction step, so when one dimension is
+/// small (16 pixels at ResNet's 4x4 maps) vectorising the other keeps the
+/// tile full.
+///
+/// Tuning records written before this knob existed lack it and mean
+/// `Spatial`, the only form the GEMM had then (hence the serde default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum VectorAxis {
+    /// Output pixels: C is (output channels x pixels), the weights are A.
+    /// The natural form of NCHW.
+    #[default]
+    Spatial,
+    /// Output channels: C is (pixels x output channels), the weights are B.
+    /// The natural form of NHWC; for NCHW, C is transposed on its way out.
+    OutputChannels,
+}
+
 /// Sliding-window convolution: each task owns `oc_block` output channels
 /// over `row_block` output rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -39,7 +59,8 @@ impl Default for DirectSchedule {
 }
 
 /// im2col + blocked GEMM. The microkernel computes an `mr` x `nr` tile of C
-/// in registers; `kc`, `mc`, `nc` block K, M and N for the caches.
+/// in registers; `kc`, `mc`, `nc` block K, M and N for the caches; M and N
+/// are the output's channels and pixels, in the order `vectors` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GemmSchedule {
     pub mr: usize,
@@ -50,6 +71,9 @@ pub struct GemmSchedule {
     pub mc: usize,
     pub nc: usize,
     pub parallel: ParallelLoop,
+    /// Which output dimension is N, the one `nr` vectorises.
+    #[serde(default)]
+    pub vectors: VectorAxis,
 }
 
 impl Default for GemmSchedule {
@@ -68,6 +92,7 @@ impl Default for GemmSchedule {
             mc: 8 * mr,
             nc: 256,
             parallel: ParallelLoop::OutputChannels,
+            vectors: VectorAxis::Spatial,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! SpMM kernel over the tiles (see `run_sparse`).
 
 use crate::epilogue::{Activation, Epilogue, SyncPtr};
-use crate::gemm::{pack_columns, sparse_gemm, strip};
+use crate::gemm::{pack_columns, sparse_gemm, strip, with_kept_buffer};
 use crate::isa::{Isa, has_avx2_fma, madd};
 use crate::schedule::{GemmSchedule, ParallelLoop, SpatialPackSchedule};
 use crate::sparse::BlockSparse;
@@ -174,21 +174,13 @@ impl SpatialPackConv {
         for (g, m) in mats.iter().enumerate() {
             let krows = w.reduction().next_multiple_of(m.c);
             let sw = strip(m.r, columns);
-            let b = pack_columns(input, w, g, (sw, krows), columns, pixel, |x| x);
             let mut tiles = vec![0.0f32; ocg * columns];
             let c = SyncPtr::new(&mut tiles);
-            sparse_gemm(
-                &schedule,
-                m,
-                &b,
-                krows,
-                columns,
-                0,
-                c,
-                &plain,
-                None,
-                Isa::detect(),
-            );
+            with_kept_buffer(|b| {
+                let isa = Isa::detect();
+                pack_columns(input, w, g, (sw, krows), (columns, pixel), b, isa);
+                sparse_gemm(&schedule, m, b, krows, columns, 0, c, &plain, None, isa);
+            });
             out[g * ocg * pix..(g + 1) * ocg * pix]
                 .par_chunks_mut(pix)
                 .zip(tiles.par_chunks(columns))

@@ -5,7 +5,7 @@
 use dlas_core::{Algorithm, Layout};
 use dlas_engine::{
     Activation, Conv2d, DType, DirectSchedule, EngineConfig, FormatChoice, GemmSchedule,
-    ParallelLoop, Schedule, SpatialPackSchedule, Workload,
+    ParallelLoop, Schedule, SpatialPackSchedule, VectorAxis, Workload,
 };
 use dlas_zoo::reference::conv2d_f64;
 use proptest::prelude::*;
@@ -363,7 +363,10 @@ proptest! {
         let (mr, nr) = dlas_engine::schedule::GEMM_TILES[tile];
         let schedules = [
             Schedule::Direct(DirectSchedule { oc_block: a, row_block: b }),
-            Schedule::Gemm(GemmSchedule { mr, nr, kc: 8 * kc, mc: mr * a, nc: nr * b, parallel }),
+            Schedule::Gemm(GemmSchedule {
+                mr, nr, kc: 8 * kc, mc: mr * a, nc: nr * b, parallel,
+                vectors: if vc % 2 == 0 { VectorAxis::Spatial } else { VectorAxis::OutputChannels },
+            }),
             Schedule::SpatialPack(SpatialPackSchedule {
                 vc: dlas_engine::schedule::SPATIAL_PACK_VC[vc], vh: a, vw: b, parallel,
             }),
@@ -381,6 +384,11 @@ proptest! {
             let cfg = EngineConfig { schedule: Some(s), ..config(algorithm, format, Layout::Nchw) };
             let e = error(&c, &cfg);
             prop_assert!(e < F32_TOLERANCE, "{s:?} {} error {e}", c.w);
+            if algorithm == Algorithm::Gemm && !sparse {
+                let cfg = EngineConfig { layout: Layout::Nhwc, ..cfg };
+                let e = error(&c, &cfg);
+                prop_assert!(e < F32_TOLERANCE, "nhwc {s:?} {} error {e}", c.w);
+            }
         }
     }
 }

@@ -11,7 +11,7 @@
 //! measuring anything.
 
 use dlas_engine::schedule::{GEMM_TILES, SPATIAL_PACK_VC};
-use dlas_engine::{ParallelLoop, Schedule};
+use dlas_engine::{ParallelLoop, Schedule, VectorAxis};
 use rand::Rng;
 
 /// `row_block` meaning "all rows of the output in one task".
@@ -25,12 +25,13 @@ const GEMM_TILES_PER_BLOCK: &[usize] = &[
 ];
 const SPATIAL_PACK_TILE: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
 const PARALLEL: &[ParallelLoop] = &[ParallelLoop::OutputChannels, ParallelLoop::Spatial];
+const VECTORS: &[VectorAxis] = &[VectorAxis::Spatial, VectorAxis::OutputChannels];
 
 /// How many knobs a schedule of this algorithm has.
 pub fn knobs(s: &Schedule) -> usize {
     match s {
         Schedule::Direct(_) => 2,
-        Schedule::Gemm(_) => 5,
+        Schedule::Gemm(_) => 6,
         Schedule::SpatialPack(_) => 4,
     }
 }
@@ -61,7 +62,11 @@ fn knob(s: &Schedule, k: usize) -> (usize, usize) {
         (Schedule::Gemm(g), 1) => nearest(GEMM_KC, g.kc),
         (Schedule::Gemm(g), 2) => nearest(GEMM_TILES_PER_BLOCK, g.mc / g.mr.max(1)),
         (Schedule::Gemm(g), 3) => nearest(GEMM_TILES_PER_BLOCK, g.nc / g.nr.max(1)),
-        (Schedule::Gemm(g), _) => parallel(g.parallel),
+        (Schedule::Gemm(g), 4) => parallel(g.parallel),
+        (Schedule::Gemm(g), _) => (
+            VECTORS.len(),
+            VECTORS.iter().position(|&v| v == g.vectors).unwrap_or(0),
+        ),
         (Schedule::SpatialPack(p), 0) => nearest(SPATIAL_PACK_VC, p.vc),
         (Schedule::SpatialPack(p), 1) => nearest(SPATIAL_PACK_TILE, p.vh),
         (Schedule::SpatialPack(p), 2) => nearest(SPATIAL_PACK_TILE, p.vw),
@@ -90,7 +95,8 @@ fn set(s: Schedule, k: usize, i: usize) -> Schedule {
                 1 => g.kc = GEMM_KC[i],
                 2 => g.mc = g.mr * GEMM_TILES_PER_BLOCK[i],
                 3 => g.nc = g.nr * GEMM_TILES_PER_BLOCK[i],
-                _ => g.parallel = PARALLEL[i],
+                4 => g.parallel = PARALLEL[i],
+                _ => g.vectors = VECTORS[i],
             }
             Schedule::Gemm(g)
         }

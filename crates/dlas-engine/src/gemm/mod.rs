@@ -25,7 +25,7 @@ pub(crate) use sparse::{sparse_gemm, strip};
 use crate::aligned::AlignedVec;
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::Isa;
-use crate::schedule::{GemmSchedule, ParallelLoop};
+use crate::schedule::{GemmSchedule, ParallelLoop, VectorAxis};
 use crate::sparse::BlockSparse;
 use crate::workload::Workload;
 use half::f16;
@@ -39,7 +39,7 @@ use std::ops::Range;
 /// Packed panels of a GEMM operand, in f32 or stored as f16 (fp16 weights).
 #[derive(Debug, Clone)]
 pub(crate) enum Panels {
-    F32(Vec<f32>),
+    F32(AlignedVec),
     F16(Vec<f16>),
 }
 
@@ -50,24 +50,40 @@ impl Panels {
             h.convert_from_f32_slice(&values);
             Panels::F16(h)
         } else {
-            Panels::F32(values)
+            Panels::F32(AlignedVec::from(&values[..]))
         }
     }
 
+    fn view(&self) -> PanelsRef<'_> {
+        match self {
+            Panels::F32(v) => PanelsRef::F32(v),
+            Panels::F16(v) => PanelsRef::F16(v),
+        }
+    }
+}
+
+/// Packed panels as [`gemm`] reads them: held at load, or packed by a run.
+#[derive(Clone, Copy)]
+pub(crate) enum PanelsRef<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+impl PanelsRef<'_> {
     /// Panels `panels` restricted to reduction rows pc..pc+kb, as f32: the
     /// f32 panels themselves, or f16 ones converted (F16C where the CPU has
     /// it) into `buf` once per cache block. Returns the base pointer, the
     /// distance between panels, and the first panel the base stands for.
     fn block(
-        &self,
+        self,
         buf: &mut AlignedVec,
         panels: Range<usize>,
         (k, width): (usize, usize),
         (pc, kb): (usize, usize),
     ) -> (*const f32, usize, usize) {
         match self {
-            Panels::F32(v) => (v[pc * width..].as_ptr(), k * width, 0),
-            Panels::F16(v) => {
+            PanelsRef::F32(v) => (v[pc * width..].as_ptr(), k * width, 0),
+            PanelsRef::F16(v) => {
                 buf.resize(panels.len() * kb * width);
                 for (i, p) in panels.clone().enumerate() {
                     v[(p * k + pc) * width..][..kb * width]
@@ -83,9 +99,7 @@ impl Panels {
 #[derive(Clone, Copy)]
 pub(crate) enum BSource<'a> {
     /// Packed in `nr`-column panels holding all of K.
-    Panels(&'a Panels),
-    /// The same, f32 values.
-    Packed(&'a [f32]),
+    Panels(PanelsRef<'a>),
     /// Row-major with row stride n: the input of a 1x1 stride-1 convolution.
     Rows(&'a [f32]),
     /// The im2col matrix of group `g` of an NCHW input.
@@ -119,18 +133,18 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
-    static KEPT: RefCell<AlignedVec> = RefCell::default();
+    static KEPT: RefCell<Vec<AlignedVec>> = RefCell::default();
 }
 
-/// Runs `f` with a buffer this thread keeps across runs, for operands that
-/// all of a layer's tasks share. A thread waiting for its tasks may pick
-/// up another layer's (grouped convolutions run groups in parallel) while
-/// its buffer is lent out; that one gets a fresh buffer.
-fn with_kept_buffer<R>(f: impl FnOnce(&mut AlignedVec) -> R) -> R {
-    KEPT.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut kept) => f(&mut kept),
-        Err(_) => f(&mut AlignedVec::default()),
-    })
+/// Runs `f` with a buffer this thread keeps across runs, for what all of
+/// a layer's tasks share (B packed once, a transposed C). The thread keeps
+/// a few: a layer may need two, and a thread waiting for its tasks may run
+/// another layer's (grouped convolutions run groups in parallel).
+pub(crate) fn with_kept_buffer<R>(f: impl FnOnce(&mut AlignedVec) -> R) -> R {
+    let mut buf = KEPT.with_borrow_mut(Vec::pop).unwrap_or_default();
+    let result = f(&mut buf);
+    KEPT.with_borrow_mut(|kept| kept.push(buf));
+    result
 }
 
 /// One task's `kb` x `nc` block of B: where panel `jr` starts and its row
@@ -168,13 +182,6 @@ impl BBlock {
                     edge: None,
                 }
             }
-            BSource::Packed(x) => BBlock {
-                base: x[pc * nr..].as_ptr(),
-                stride: k * nr,
-                first: 0,
-                ldb: nr,
-                edge: None,
-            },
             BSource::Rows(x) => {
                 let last = panels.end - 1;
                 let edge = (n < (last + 1) * nr).then(|| {
@@ -230,7 +237,7 @@ pub(crate) fn gemm(
     isa: Isa,
     par_m: bool,
     (m, n, k): (usize, usize, usize),
-    a: &Panels,
+    a: PanelsRef<'_>,
     b: BSource<'_>,
     c: SyncPtr,
     ldc: usize,
@@ -240,7 +247,7 @@ pub(crate) fn gemm(
         // Every row block needs all of B: pack it once, in parallel.
         return with_kept_buffer(|packed| {
             pack_im2col(input, w, g, (s.nr, k), packed, isa);
-            let b = BSource::Packed(packed);
+            let b = BSource::Panels(PanelsRef::F32(packed));
             gemm(s, isa, par_m, (m, n, k), a, b, c, ldc, finishing)
         });
     }
@@ -330,11 +337,11 @@ pub(crate) fn gemm(
 /// Weights of a GEMM convolution, packed at load.
 #[derive(Debug, Clone)]
 enum Packed {
-    /// NCHW: per group, A = weights (oc x reduction) in `mr` panels.
-    Nchw(Vec<Panels>),
-    /// NHWC: per group, B = weights^T (reduction x oc) in `nr` panels, the
-    /// reduction ordered (ky, kx, ic) to match NHWC patches.
-    Nhwc(Vec<Panels>),
+    /// Per group, in `mr` panels when they are A (the schedule vectorises
+    /// pixels) or `nr` panels when they are B (output channels), the
+    /// reduction ordered (ic, ky, kx) for NCHW and (ky, kx, ic) for NHWC,
+    /// whose patches are channel-innermost.
+    Dense(Vec<Panels>),
     /// NCHW, block-sparse weights per group.
     Sparse(Vec<BlockSparse>),
 }
@@ -344,6 +351,7 @@ enum Packed {
 pub(crate) struct GemmConv {
     w: Workload,
     s: GemmSchedule,
+    nhwc: bool,
     /// The microkernels' instruction set (the CPU's widest, or narrower in tests).
     isa: Isa,
     packed: Packed,
@@ -369,130 +377,49 @@ impl GemmConv {
         );
         let icg = w.in_channels_per_group();
         let group = |g: usize| &weights[g * ocg * red..(g + 1) * ocg * red];
-        let packed = match (blocks, nhwc) {
-            (Some((r, c)), _) => Packed::Sparse(
+        let width = match s.vectors {
+            VectorAxis::Spatial => s.mr,
+            VectorAxis::OutputChannels => s.nr,
+        };
+        let packed = match blocks {
+            Some((r, c)) => Packed::Sparse(
                 (0..w.groups)
                     .map(|g| BlockSparse::from_dense(group(g), ocg, red, r, c))
                     .collect(),
             ),
-            (None, false) => Packed::Nchw(
+            None => Packed::Dense(
                 (0..w.groups)
                     .map(|g| {
                         let wg = group(g);
-                        Panels::new(pack_panels(ocg, red, s.mr, |o, q| wg[o * red + q]), half)
-                    })
-                    .collect(),
-            ),
-            (None, true) => Packed::Nhwc(
-                (0..w.groups)
-                    .map(|g| {
-                        let wg = group(g);
-                        let p = pack_panels(ocg, red, s.nr, |o, q| {
-                            let (pos, ic) = (q / icg, q % icg);
-                            wg[o * red + ic * kk + pos]
-                        });
+                        let p = if nhwc {
+                            pack_panels(ocg, red, width, |o, q| {
+                                let (pos, ic) = (q / icg, q % icg);
+                                wg[o * red + ic * kk + pos]
+                            })
+                        } else {
+                            pack_panels(ocg, red, width, |o, q| wg[o * red + q])
+                        };
                         Panels::new(p, half)
                     })
                     .collect(),
             ),
         };
-        GemmConv { w, s, isa, packed }
+        GemmConv {
+            w,
+            s,
+            nhwc,
+            isa,
+            packed,
+        }
     }
 
     /// One sample: `input` and `out` in the layout the weights were packed for.
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
         let w = &self.w;
-        let (ocg, icg, red) = (
-            w.out_channels_per_group(),
-            w.in_channels_per_group(),
-            w.reduction(),
-        );
-        let (k, s, p) = (w.kernel, w.stride, w.padding as isize);
-        let (h, wd, ow, pix) = (w.in_h as isize, w.in_w as isize, w.out_w, w.out_pixels());
         let c = SyncPtr::new(out);
-        // Input coordinates of a patch element, None in the padding.
-        let at = move |pixel: usize, ky: usize, kx: usize| {
-            let iy = ((pixel / ow) * s + ky) as isize - p;
-            let ix = ((pixel % ow) * s + kx) as isize - p;
-            (iy >= 0 && ix >= 0 && iy < h && ix < wd).then_some((iy as usize, ix as usize))
-        };
         match &self.packed {
-            Packed::Nchw(a) => (0..w.groups).into_par_iter().for_each(|g| {
-                let b = if k == 1 && s == 1 && p == 0 {
-                    BSource::Rows(&input[g * icg * pix..(g + 1) * icg * pix])
-                } else {
-                    BSource::Im2col { input, w, g }
-                };
-                let epi_block = |rows: Range<usize>, cols: Range<usize>| {
-                    for r in rows {
-                        let oc = g * ocg + r;
-                        // SAFETY: this block's rows and columns belong to this task.
-                        let o = unsafe { c.slice(oc * pix + cols.start, cols.len()) };
-                        epi.channel(
-                            oc,
-                            o,
-                            residual.map(|x| &x[oc * pix + cols.start..][..cols.len()]),
-                        );
-                    }
-                };
-                let finishing = match epi.act.clamp() {
-                    Some(clamp) => Finishing::Fused {
-                        bias: &epi.bias[g * ocg..(g + 1) * ocg],
-                        residual: residual.map(|x| &x[g * ocg * pix..(g + 1) * ocg * pix]),
-                        clamp,
-                    },
-                    None => Finishing::Blocks(&epi_block),
-                };
-                let cg = c.offset(g * ocg * pix);
-                let par_m = self.s.parallel == ParallelLoop::OutputChannels;
-                gemm(
-                    &self.s,
-                    self.isa,
-                    par_m,
-                    (ocg, pix, red),
-                    &a[g],
-                    b,
-                    cg,
-                    pix,
-                    finishing,
-                );
-            }),
-            Packed::Nhwc(b) => (0..w.groups).into_par_iter().for_each(|g| {
-                let cin = w.in_channels;
-                let a = Panels::F32(pack_panels(pix, red, self.s.mr, |pixel, q| {
-                    let (pos, ic) = (q / icg, q % icg);
-                    at(pixel, pos / k, pos % k).map_or(0.0, |(iy, ix)| {
-                        input[(iy * w.in_w + ix) * cin + g * icg + ic]
-                    })
-                }));
-                let cout = w.out_channels;
-                let epi_block = |rows: Range<usize>, cols: Range<usize>| {
-                    for px in rows {
-                        let off = px * cout + g * ocg + cols.start;
-                        // SAFETY: this block's rows and columns belong to this task.
-                        let o = unsafe { c.slice(off, cols.len()) };
-                        epi.pixel(
-                            g * ocg + cols.start,
-                            o,
-                            residual.map(|x| &x[off..][..cols.len()]),
-                        );
-                    }
-                };
-                let cg = c.offset(g * ocg);
-                let par_m = self.s.parallel == ParallelLoop::Spatial;
-                gemm(
-                    &self.s,
-                    self.isa,
-                    par_m,
-                    (pix, ocg, red),
-                    &a,
-                    BSource::Panels(&b[g]),
-                    cg,
-                    cout,
-                    Finishing::Blocks(&epi_block),
-                );
-            }),
             Packed::Sparse(mats) => (0..w.groups).into_par_iter().for_each(|g| {
+                let (red, ocg, pix) = (w.reduction(), w.out_channels_per_group(), w.out_pixels());
                 let m = &mats[g];
                 // im2col packed in panels of strip(r) columns (rows padded to
                 // whole blocks): a task's panel stays in L1/L2 while every
@@ -514,7 +441,226 @@ impl GemmConv {
                     );
                 })
             }),
+            Packed::Dense(weights) => (0..w.groups).into_par_iter().for_each(|g| {
+                let wg = weights[g].view();
+                match (self.nhwc, self.s.vectors) {
+                    (false, VectorAxis::Spatial) => self.nchw(wg, g, input, c, epi, residual),
+                    (true, VectorAxis::OutputChannels) => self.nhwc(wg, g, input, c, epi, residual),
+                    (false, VectorAxis::OutputChannels) | (true, VectorAxis::Spatial) => {
+                        self.transposed(wg, g, input, c, epi, residual)
+                    }
+                }
+            }),
         }
+    }
+
+    /// Whether the parallel loop runs over rows of C: the output dimension
+    /// `parallel` names is the one that is not vectorised.
+    fn par_m(&self) -> bool {
+        match self.s.vectors {
+            VectorAxis::Spatial => self.s.parallel == ParallelLoop::OutputChannels,
+            VectorAxis::OutputChannels => self.s.parallel == ParallelLoop::Spatial,
+        }
+    }
+
+    /// NCHW, pixels vectorised: C (channels x pixels) = W x im2col, the
+    /// output itself; 1x1 stride-1 inputs are B as they are.
+    fn nchw(
+        &self,
+        weights: PanelsRef<'_>,
+        g: usize,
+        input: &[f32],
+        c: SyncPtr,
+        epi: &Epilogue,
+        residual: Option<&[f32]>,
+    ) {
+        let w = &self.w;
+        let (ocg, icg, red, pix) = (
+            w.out_channels_per_group(),
+            w.in_channels_per_group(),
+            w.reduction(),
+            w.out_pixels(),
+        );
+        let b = if w.kernel == 1 && w.stride == 1 && w.padding == 0 {
+            BSource::Rows(&input[g * icg * pix..(g + 1) * icg * pix])
+        } else {
+            BSource::Im2col { input, w, g }
+        };
+        let epi_block = |rows: Range<usize>, cols: Range<usize>| {
+            for r in rows {
+                let oc = g * ocg + r;
+                // SAFETY: this block's rows and columns belong to this task.
+                let o = unsafe { c.slice(oc * pix + cols.start, cols.len()) };
+                let res = residual.map(|x| &x[oc * pix + cols.start..][..cols.len()]);
+                epi.channel(oc, o, res);
+            }
+        };
+        let finishing = match epi.act.clamp() {
+            Some(clamp) => Finishing::Fused {
+                bias: &epi.bias[g * ocg..(g + 1) * ocg],
+                residual: residual.map(|x| &x[g * ocg * pix..(g + 1) * ocg * pix]),
+                clamp,
+            },
+            None => Finishing::Blocks(&epi_block),
+        };
+        let cg = c.offset(g * ocg * pix);
+        let shape = (ocg, pix, red);
+        gemm(
+            &self.s,
+            self.isa,
+            self.par_m(),
+            shape,
+            weights,
+            b,
+            cg,
+            pix,
+            finishing,
+        );
+    }
+
+    /// NHWC, channels vectorised: C (pixels x channels) = im2col x W^T, the
+    /// output itself.
+    fn nhwc(
+        &self,
+        weights: PanelsRef<'_>,
+        g: usize,
+        input: &[f32],
+        c: SyncPtr,
+        epi: &Epilogue,
+        residual: Option<&[f32]>,
+    ) {
+        let w = &self.w;
+        let (ocg, red, pix, cout) = (
+            w.out_channels_per_group(),
+            w.reduction(),
+            w.out_pixels(),
+            w.out_channels,
+        );
+        let a = Panels::new(self.nhwc_patches(input, g, self.s.mr), false);
+        let epi_block = |rows: Range<usize>, cols: Range<usize>| {
+            for px in rows {
+                let off = px * cout + g * ocg + cols.start;
+                // SAFETY: this block's rows and columns belong to this task.
+                let o = unsafe { c.slice(off, cols.len()) };
+                let res = residual.map(|x| &x[off..][..cols.len()]);
+                epi.pixel(g * ocg + cols.start, o, res);
+            }
+        };
+        let b = BSource::Panels(weights);
+        let finishing = Finishing::Blocks(&epi_block);
+        let (cg, shape) = (c.offset(g * ocg), (pix, ocg, red));
+        gemm(
+            &self.s,
+            self.isa,
+            self.par_m(),
+            shape,
+            a.view(),
+            b,
+            cg,
+            cout,
+            finishing,
+        );
+    }
+
+    /// The NHWC input's patches of group g (pixels x reduction, ordered
+    /// (ky, kx, ic)) packed in panels of `width` pixels.
+    fn nhwc_patches(&self, input: &[f32], g: usize, width: usize) -> Vec<f32> {
+        let w = &self.w;
+        let (k, s, p) = (w.kernel, w.stride, w.padding as isize);
+        let (icg, cin, ow) = (w.in_channels_per_group(), w.in_channels, w.out_w);
+        pack_panels(w.out_pixels(), w.reduction(), width, |pixel, q| {
+            let (pos, ic) = (q / icg, q % icg);
+            let iy = ((pixel / ow) * s + pos / k) as isize - p;
+            let ix = ((pixel % ow) * s + pos % k) as isize - p;
+            if iy < 0 || ix < 0 || iy >= w.in_h as isize || ix >= w.in_w as isize {
+                return 0.0;
+            }
+            input[(iy as usize * w.in_w + ix as usize) * cin + g * icg + ic]
+        })
+    }
+
+    /// The other orientation of either layout: C^T (pixels x channels in
+    /// NCHW, channels x pixels in NHWC) into a buffer, then transposed into
+    /// the output with the epilogue. The transpose costs a pass over the
+    /// output, which the layers this pays for (few pixels, many channels
+    /// and a long reduction) hardly notice.
+    fn transposed(
+        &self,
+        weights: PanelsRef<'_>,
+        g: usize,
+        input: &[f32],
+        c: SyncPtr,
+        epi: &Epilogue,
+        residual: Option<&[f32]>,
+    ) {
+        let w = &self.w;
+        let (ocg, red, pix, cout) = (
+            w.out_channels_per_group(),
+            w.reduction(),
+            w.out_pixels(),
+            w.out_channels,
+        );
+        // C^T's rows and columns, and where output (oc, px) of the group is.
+        let (m, n) = if self.nhwc { (ocg, pix) } else { (pix, ocg) };
+        let at = |oc: usize, px: usize| {
+            if self.nhwc {
+                px * cout + g * ocg + oc
+            } else {
+                (g * ocg + oc) * pix + px
+            }
+        };
+        with_kept_buffer(|ct| {
+            ct.resize(m * n);
+            let ctp = SyncPtr::new(ct);
+            let epi_block = |rows: Range<usize>, cols: Range<usize>| {
+                for r in rows {
+                    for col in cols.clone() {
+                        let (oc, px) = if self.nhwc { (r, col) } else { (col, r) };
+                        let i = at(oc, px);
+                        // SAFETY: this block of C^T and its outputs are this
+                        // task's alone.
+                        unsafe {
+                            let v = *ctp.get().add(r * n + col);
+                            let res = residual.map_or(0.0, |x| x[i]);
+                            *c.get().add(i) = epi.one(g * ocg + oc, v, res);
+                        }
+                    }
+                }
+            };
+            let finishing = Finishing::Blocks(&epi_block);
+            let shape = (m, n, red);
+            if self.nhwc {
+                let b = Panels::new(self.nhwc_patches(input, g, self.s.nr), false);
+                let b = BSource::Panels(b.view());
+                gemm(
+                    &self.s,
+                    self.isa,
+                    self.par_m(),
+                    shape,
+                    weights,
+                    b,
+                    ctp,
+                    n,
+                    finishing,
+                );
+            } else {
+                with_kept_buffer(|a| {
+                    pack_im2col(input, w, g, (self.s.mr, red), a, self.isa);
+                    let (a, b) = (PanelsRef::F32(a), BSource::Panels(weights));
+                    gemm(
+                        &self.s,
+                        self.isa,
+                        self.par_m(),
+                        shape,
+                        a,
+                        b,
+                        ctp,
+                        n,
+                        finishing,
+                    );
+                })
+            }
+        })
     }
 }
 
@@ -529,19 +675,21 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// The dense NCHW GEMM with every tile on every instruction set
-        /// the CPU has, both parallel loops, fused and unfused finishing.
+        /// the CPU has, both parallel loops, both vector axes, fused and
+        /// unfused finishing.
         #[test]
         fn every_isa_and_tile_matches_reference(
             w in testing::dense_workload(),
             tile in 0..GEMM_TILES.len(),
             (kc, mc, nc) in (1usize..5, 1usize..4, 1usize..4),
             parallel in prop_oneof![Just(ParallelLoop::OutputChannels), Just(ParallelLoop::Spatial)],
+            vectors in prop_oneof![Just(VectorAxis::Spatial), Just(VectorAxis::OutputChannels)],
             act in testing::activation(),
             residual in any::<bool>(),
             seed in any::<u64>(),
         ) {
             let (mr, nr) = GEMM_TILES[tile];
-            let s = GemmSchedule { mr, nr, kc: 8 * kc, mc: mr * mc, nc: nr * nc, parallel };
+            let s = GemmSchedule { mr, nr, kc: 8 * kc, mc: mr * mc, nc: nr * nc, parallel, vectors };
             let weights = testing::weights(&w, seed);
             for isa in Isa::available() {
                 let (needed, available) = tile_registers(mr, nr, isa);

@@ -50,19 +50,55 @@ pub(crate) fn pack_im2col(
     out: &mut AlignedVec,
     isa: Isa,
 ) {
-    let (ow, pix) = (w.out_w, w.out_pixels());
-    out.resize(pix.div_ceil(width) * krows * width);
+    let ow = w.out_w;
+    let pixel = |col: usize| Some((col / ow, col % ow));
+    pack_columns(
+        input,
+        w,
+        g,
+        (width, krows),
+        (w.out_pixels(), pixel),
+        out,
+        isa,
+    );
+}
+
+/// [`pack_im2col`] with an arbitrary column order: column `col` (of
+/// `columns`) is output pixel `pixel(col)` = (oy, ox), or all zeros for
+/// `None`. Spatial pack uses it to lay pixels out tile by tile.
+pub(crate) fn pack_columns(
+    input: &[f32],
+    w: &Workload,
+    g: usize,
+    (width, krows): (usize, usize),
+    (columns, pixel): (usize, impl Fn(usize) -> Option<(usize, usize)> + Sync),
+    out: &mut AlignedVec,
+    isa: Isa,
+) {
+    out.resize(columns.div_ceil(width) * krows * width);
     out.par_chunks_mut(krows * width)
         .enumerate()
         .for_each(|(p, panel)| {
-            let cols = p * width..pix.min((p + 1) * width);
-            let pixels = Window::new(w, cols.map(|col| Some((col / ow, col % ow))));
-            pixels.fill_f32(input, w, g, width, 0..krows, panel, isa);
+            let cols = p * width..columns.min((p + 1) * width);
+            let pixels = Window::new(w, cols.map(&pixel));
+            // Blocks of rows in parallel too: small feature maps have a
+            // single panel.
+            panel
+                .par_chunks_mut(PACK_ROWS * width)
+                .enumerate()
+                .for_each(|(i, block)| {
+                    let rows = i * PACK_ROWS..krows.min((i + 1) * PACK_ROWS);
+                    pixels.fill_f32(input, w, g, width, rows, block, isa);
+                });
         });
 }
 
-/// [`pack_im2col`] into a new buffer, with each input value mapped by `f`
-/// (padding stays `T::default()`, so `f` must map the input's zero to it).
+/// Reduction rows of a panel packed per parallel task.
+const PACK_ROWS: usize = 128;
+
+/// The im2col matrix of [`pack_im2col`] in a new buffer, with each input
+/// value mapped by `f` (padding stays `T::default()`, so `f` must map the
+/// input's zero to it): the int8 GEMM's operand.
 pub(crate) fn pack_im2col_with<S: Copy + Sync, T: Copy + Default + Send>(
     input: &[S],
     w: &Workload,
@@ -71,37 +107,13 @@ pub(crate) fn pack_im2col_with<S: Copy + Sync, T: Copy + Default + Send>(
     krows: usize,
     f: impl Fn(S) -> T + Sync,
 ) -> Vec<T> {
-    let ow = w.out_w;
-    pack_columns(
-        input,
-        w,
-        g,
-        (width, krows),
-        w.out_pixels(),
-        |col| Some((col / ow, col % ow)),
-        f,
-    )
-}
-
-/// The im2col matrix with an arbitrary column order: column `col` (of
-/// `columns`) is output pixel `pixel(col)` = (oy, ox), or all zeros for
-/// `None`. Spatial pack uses it to lay pixels out tile by tile. Panels are
-/// filled in parallel.
-pub(crate) fn pack_columns<S: Copy + Sync, T: Copy + Default + Send>(
-    input: &[S],
-    w: &Workload,
-    g: usize,
-    (width, krows): (usize, usize),
-    columns: usize,
-    pixel: impl Fn(usize) -> Option<(usize, usize)> + Sync,
-    f: impl Fn(S) -> T + Sync,
-) -> Vec<T> {
-    let mut out = vec![T::default(); columns.div_ceil(width) * krows * width];
+    let (ow, pix) = (w.out_w, w.out_pixels());
+    let mut out = vec![T::default(); pix.div_ceil(width) * krows * width];
     out.par_chunks_mut(krows * width)
         .enumerate()
         .for_each(|(p, panel)| {
-            let cols = p * width..columns.min((p + 1) * width);
-            let pixels = Window::new(w, cols.map(&pixel));
+            let cols = p * width..pix.min((p + 1) * width);
+            let pixels = Window::new(w, cols.map(|col| Some((col / ow, col % ow))));
             pixels.fill(input, w, g, width, 0..krows, panel, &f);
         });
     out

@@ -2,9 +2,9 @@
 //! weight block scales rows of B into register-resident strips of C, so
 //! the work is proportional to the stored blocks. Every stored value reads
 //! its own vectors of B, so the kernel runs at the speed B streams from
-//! cache: the reduction is cut into blocks of `REDUCTION_BLOCK` rows (one
-//! L1-sized block of a panel) and every row of a task reads a block while
-//! it is in L1, accumulating into C between blocks.
+//! cache: the reduction is cut into blocks of `REDUCTION_BLOCK` rows and
+//! every row of a task reads a block while it is in L1 or L2, accumulating
+//! into C between blocks.
 
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::{Isa, madd};
@@ -258,7 +258,7 @@ fn sparse_task(r: usize, s: usize, isa: Isa) -> SparseTask {
                 $(
                     #[cfg(target_arch = "x86_64")]
                     ($r, $s) if isa == Isa::Avx512 && $s % 16 == 0 => {
-                        blocks_avx512::<$r, { $s / 16 }>
+                        blocks_avx512::<$r, { $s / 16 }, { chains($r, $s / 16) }>
                     }
                     #[cfg(target_arch = "x86_64")]
                     ($r, $s) if isa == Isa::Avx512 => avx512::<$r, $s>,
@@ -284,15 +284,24 @@ fn sparse_task(r: usize, s: usize, isa: Isa) -> SparseTask {
     )
 }
 
+/// Accumulator sets of [`blocks_avx512`] for R x NV registers each: enough
+/// for 8 independent FMA chains (FMA latency 4 x 2 ports), at least two.
+const fn chains(r: usize, nv: usize) -> usize {
+    // (nv is 0 for the 8-column strips this kernel is never picked for.)
+    let sets = 8 / if r * nv == 0 { 1 } else { r * nv };
+    if sets < 2 { 2 } else { sets }
+}
+
 /// [`sparse_body`] written with AVX-512 intrinsics, so the accumulators
 /// provably stay in registers: consecutive block columns (of one block,
-/// or of one-column blocks) two at a time into two accumulator sets
-/// (2 * R * NV <= 16 registers), each column one broadcast per block row
-/// and NV vector loads of its row of the panel.
+/// or of one-column blocks) SETS at a time into SETS accumulator sets
+/// (SETS * R * NV <= 16 registers, 8 chains for narrow strips), each
+/// column one broadcast per block row and NV vector loads of its row of
+/// the panel.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-unsafe fn blocks_avx512<const R: usize, const NV: usize>(
+unsafe fn blocks_avx512<const R: usize, const NV: usize, const SETS: usize>(
     m: &BlockSparse,
     (brs, kb): (Range<usize>, usize),
     panel: &[f32],
@@ -332,8 +341,7 @@ unsafe fn blocks_avx512<const R: usize, const NV: usize>(
             cols.last().is_none_or(|&k| k + bc <= rows),
             "columns are panel rows"
         );
-        let mut acc = [[_mm512_setzero_ps(); NV]; R];
-        let mut acc2 = [[_mm512_setzero_ps(); NV]; R];
+        let mut acc = [[[_mm512_setzero_ps(); NV]; R]; SETS];
         // Column cc of a block: B row k0 + cc times values v[rr * bc + cc].
         let step = |set: &mut [[__m512; NV]; R], k: usize, v: &[f32], cc: usize| {
             for j in 0..NV {
@@ -344,29 +352,39 @@ unsafe fn blocks_avx512<const R: usize, const NV: usize>(
             }
         };
         if bc == 1 {
-            let mut pairs = cols.chunks_exact(2).zip(vals.chunks_exact(2 * R));
-            for (k, v) in &mut pairs {
-                step(&mut acc, k[0], &v[..R], 0);
-                step(&mut acc2, k[1], &v[R..], 0);
+            let mut groups = cols.chunks_exact(SETS).zip(vals.chunks_exact(SETS * R));
+            for (k, v) in &mut groups {
+                for (s, set) in acc.iter_mut().enumerate() {
+                    step(set, k[s], &v[s * R..], 0);
+                }
             }
-            if cols.len() % 2 == 1 {
-                step(&mut acc, cols[cols.len() - 1], &vals[vals.len() - R..], 0);
+            // The remainder into the first set (a constant index keeps the
+            // sets in registers).
+            let done = cols.len() / SETS * SETS;
+            for (i, &k) in cols.iter().enumerate().skip(done) {
+                step(&mut acc[0], k, &vals[i * R..], 0);
             }
         } else {
             for (&k, v) in cols.iter().zip(vals.chunks_exact(R * bc)) {
-                for cc in (0..bc - 1).step_by(2) {
-                    step(&mut acc, k, v, cc);
-                    step(&mut acc2, k, v, cc + 1);
-                }
-                if bc % 2 == 1 {
-                    step(&mut acc, k, v, bc - 1);
+                for cc in (0..bc).step_by(SETS) {
+                    for (s, set) in acc.iter_mut().enumerate() {
+                        if cc + s < bc {
+                            step(set, k, v, cc + s);
+                        }
+                    }
                 }
             }
         }
+        let acc: [[__m512; NV]; R] = std::array::from_fn(|r| {
+            std::array::from_fn(|j| {
+                acc.iter()
+                    .fold(_mm512_setzero_ps(), |x, set| _mm512_add_ps(x, set[r][j]))
+            })
+        });
         for r in 0..R.min(m.rows - br * R) {
             let o = c.get().wrapping_add((oc0 + br * R + r) * ldc + lo);
             for (j, &mask) in masks.iter().enumerate() {
-                let mut x = _mm512_add_ps(acc[r][j], acc2[r][j]);
+                let mut x = acc[r][j];
                 // Lane l of vector j is column 16j + l - skip of the row.
                 let at = o.wrapping_add(16 * j).wrapping_sub(skip);
                 // SAFETY: the caller owns columns lo..hi of these rows of C;
