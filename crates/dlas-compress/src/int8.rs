@@ -18,6 +18,7 @@
 use crate::evaluator::{Evaluator, Numerics};
 use crate::{check_weights, layer_weight};
 use dlas_onnx::{ActivationQuant, Qdq, WeightQuant};
+use dlas_zoo::quant::{QuantParams, channel_scales};
 use dlas_zoo::weights::Weights;
 use dlas_zoo::{Graph, Op};
 use serde::{Deserialize, Serialize};
@@ -106,19 +107,16 @@ pub struct Int8Params {
 
 /// Symmetric per-output-channel quantisation of a weight with `channels` rows.
 pub fn quantize_weight(weight: &[f32], channels: usize) -> WeightQuant {
-    let per = weight.len() / channels;
-    let mut values = Vec::with_capacity(weight.len());
-    let mut scales = Vec::with_capacity(channels);
-    for row in weight.chunks(per) {
-        let max = row.iter().fold(0.0f32, |m, w| m.max(w.abs()));
-        // An all-zero (pruned) channel gets scale 1: any scale represents it.
-        let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
-        scales.push(scale);
-        values.extend(
+    // An all-zero (pruned) channel gets scale 1: any scale represents it.
+    let scales = channel_scales(weight, channels);
+    let values = weight
+        .chunks(weight.len() / channels)
+        .zip(&scales)
+        .flat_map(|(row, scale)| {
             row.iter()
-                .map(|w| (w / scale).round().clamp(-127.0, 127.0) as i8),
-        );
-    }
+                .map(move |w| (w / scale).round().clamp(-127.0, 127.0) as i8)
+        })
+        .collect();
     WeightQuant { values, scales }
 }
 
@@ -223,52 +221,21 @@ pub fn quantize(
     evaluator: &dyn Evaluator,
 ) -> anyhow::Result<(Int8Params, Qdq)> {
     check_weights(graph, weights)?;
-    let [n, c, h, w] = calibration.shape;
-    anyhow::ensure!(
-        [c, h, w] == graph.input_shape() && n > 0 && calibration.inputs.len() == n * c * h * w,
-        "calibration set of shape {n}x{c}x{h}x{w} ({} values) does not fit {}, which takes samples of shape {}",
-        calibration.inputs.len(),
-        graph.name,
-        graph.input_shape().map(|d| d.to_string()).join("x")
-    );
     // The tensors that conv and linear layers read.
-    let mut observers: Vec<Option<Observer>> = vec![None; graph.nodes.len()];
+    let mut observed = vec![false; graph.nodes.len()];
     for node in graph.weighted_layers() {
-        observers[node.inputs[0]] = Some(Observer::new());
+        observed[node.inputs[0]] = true;
     }
-    let passes = match calibration.method {
-        CalibrationMethod::MinMax => 1,
-        CalibrationMethod::Percentile { .. } => 2,
-    };
-    let sample = c * h * w;
-    for pass in 0..passes {
-        for batch in calibration.inputs.chunks(CALIBRATION_BATCH * sample) {
-            let samples = batch.len() / sample;
-            let eval = evaluator.evaluate(graph, weights, &Numerics::F32, batch, samples, true)?;
-            let tensors = eval
-                .nodes
-                .ok_or_else(|| anyhow::anyhow!("evaluator returned no node outputs"))?;
-            for (observer, values) in observers.iter_mut().zip(&tensors) {
-                match (observer, pass) {
-                    (Some(o), 0) => o.observe_range(values),
-                    (Some(o), _) => o.observe_histogram(values),
-                    (None, _) => {}
-                }
-            }
-        }
-    }
-    let activations: Vec<Option<ActivationQuant>> = observers
-        .iter()
-        .map(|o| {
-            o.as_ref().map(|o| {
-                let p = o.params(calibration.method);
-                ActivationQuant {
+    let activations: Vec<Option<ActivationQuant>> =
+        observe(graph, weights, calibration, evaluator, &observed)?
+            .into_iter()
+            .map(|p| {
+                p.map(|p| ActivationQuant {
                     scale: p.scale,
                     zero_point: p.zero_point,
-                }
+                })
             })
-        })
-        .collect();
+            .collect();
     let mut qweights = vec![None; graph.nodes.len()];
     let mut layers = Vec::new();
     for (id, node) in graph.nodes.iter().enumerate() {
@@ -296,7 +263,7 @@ pub fn quantize(
     Ok((
         Int8Params {
             calibration: calibration.method,
-            calibration_samples: n,
+            calibration_samples: calibration.shape[0],
             layers,
         },
         Qdq {
@@ -304,6 +271,95 @@ pub fn quantize(
             weights: qweights,
         },
     ))
+}
+
+/// The native engine's int8 parameters (`dlas_zoo::quant::QuantParams`)
+/// from the same calibration as [`quantize`]: the engine keeps every
+/// activation in int8, so every node's output is observed, by the same
+/// method over the same batches. At the inputs of conv and linear layers the
+/// numbers are those of the QDQ file (the uint8 zero point less 128, the
+/// same scale), and the weight scales are those of [`quantize_weight`], so
+/// the engine and the runtimes reading the QDQ file quantise alike.
+pub fn engine_params(
+    graph: &Graph,
+    weights: &Weights,
+    calibration: &Calibration,
+    evaluator: &dyn Evaluator,
+) -> anyhow::Result<QuantParams> {
+    check_weights(graph, weights)?;
+    let observed = vec![true; graph.nodes.len()];
+    let activations = observe(graph, weights, calibration, evaluator, &observed)?
+        .into_iter()
+        .map(|p| {
+            let p = p.expect("every node is observed");
+            dlas_zoo::quant::ActivationQuant {
+                scale: p.scale,
+                zero_point: i32::from(p.zero_point) - 128,
+            }
+        })
+        .collect();
+    let weights = graph
+        .nodes
+        .iter()
+        .zip(&weights.by_node)
+        .map(|(node, p)| match node.op {
+            Op::Conv(_) | Op::Linear { .. } => p
+                .as_ref()
+                .and_then(layer_weight)
+                .map(|w| channel_scales(w, node.shape[0])),
+            _ => None,
+        })
+        .collect();
+    Ok(QuantParams {
+        weights,
+        activations,
+    })
+}
+
+/// The uint8 quantisation of each node output marked in `observed`,
+/// calibrated on `calibration` run in float through `evaluator`.
+fn observe(
+    graph: &Graph,
+    weights: &Weights,
+    calibration: &Calibration,
+    evaluator: &dyn Evaluator,
+    observed: &[bool],
+) -> anyhow::Result<Vec<Option<ActivationParams>>> {
+    let [n, c, h, w] = calibration.shape;
+    anyhow::ensure!(
+        [c, h, w] == graph.input_shape() && n > 0 && calibration.inputs.len() == n * c * h * w,
+        "calibration set of shape {n}x{c}x{h}x{w} ({} values) does not fit {}, which takes samples of shape {}",
+        calibration.inputs.len(),
+        graph.name,
+        graph.input_shape().map(|d| d.to_string()).join("x")
+    );
+    let mut observers: Vec<Option<Observer>> =
+        observed.iter().map(|&o| o.then(Observer::new)).collect();
+    let passes = match calibration.method {
+        CalibrationMethod::MinMax => 1,
+        CalibrationMethod::Percentile { .. } => 2,
+    };
+    let sample = c * h * w;
+    for pass in 0..passes {
+        for batch in calibration.inputs.chunks(CALIBRATION_BATCH * sample) {
+            let samples = batch.len() / sample;
+            let eval = evaluator.evaluate(graph, weights, &Numerics::F32, batch, samples, true)?;
+            let tensors = eval
+                .nodes
+                .ok_or_else(|| anyhow::anyhow!("evaluator returned no node outputs"))?;
+            for (observer, values) in observers.iter_mut().zip(&tensors) {
+                match (observer, pass) {
+                    (Some(o), 0) => o.observe_range(values),
+                    (Some(o), _) => o.observe_histogram(values),
+                    (None, _) => {}
+                }
+            }
+        }
+    }
+    Ok(observers
+        .iter()
+        .map(|o| o.as_ref().map(|o| o.params(calibration.method)))
+        .collect())
 }
 
 #[cfg(test)]
@@ -361,6 +417,38 @@ mod tests {
         };
         let e = quantize(&g, &w, &cal, &Tract).unwrap_err().to_string();
         assert!(e.contains("2x3x28x28") && e.contains("3x32x32"), "{e}");
+    }
+
+    #[test]
+    fn engine_params_are_the_qdq_numbers_at_layer_inputs_and_cover_every_node() {
+        let g = (dlas_zoo::find(Dataset::Cifar10, "mobilenetv2")
+            .unwrap()
+            .build)();
+        let w = dlas_zoo::weights::generate(&g, 3);
+        let cal = Calibration::seeded(&g, 4, 6, CalibrationMethod::MinMax);
+        let (params, qdq) = quantize(&g, &w, &cal, &Tract).unwrap();
+        let engine = engine_params(&g, &w, &cal, &Tract).unwrap();
+        assert_eq!(engine.activations.len(), g.nodes.len());
+        let mut checked = 0;
+        for (id, node) in g.nodes.iter().enumerate() {
+            let q = engine.activations[id];
+            assert!(q.scale > 0.0 && (-128..=127).contains(&q.zero_point));
+            // Zero is exact, so padding and ReLU's floor lose nothing.
+            assert_eq!(q.dequantize(q.quantize(0.0)), 0.0, "{}", node.name);
+            if let Some(a) = qdq.activations[id] {
+                assert_eq!(q.scale, a.scale, "{}", node.name);
+                assert_eq!(q.zero_point, i32::from(a.zero_point) - 128, "{}", node.name);
+                checked += 1;
+            }
+            assert_eq!(
+                engine.weights[id].as_ref(),
+                qdq.weights[id].as_ref().map(|q| &q.scales),
+                "{}",
+                node.name
+            );
+        }
+        assert!(checked > 10 && checked < g.nodes.len(), "{checked}");
+        assert_eq!(params.layers.len(), engine.weights.iter().flatten().count());
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod schedule;
 pub use channels::{Removal, prune_channels};
 pub use compress::{Compressed, Request, compress};
 pub use evaluator::{Evaluator, Numerics, Tract};
-pub use int8::{Calibration, CalibrationMethod, Int8Params, quantize};
+pub use int8::{Calibration, CalibrationMethod, Int8Params, engine_params, quantize};
 pub use prune::{Scope, prune_weights};
 pub use report::{CompressionReport, Fidelity, Footprint, footprint};
 pub use schedule::{choose_level, sweep_levels};

@@ -68,7 +68,7 @@ pub fn crosscheck(
                 algorithm,
                 ..c.clone()
             };
-            let output = crate::native::load(&path, &native, 2, seed, None)?.run(&input)?;
+            let output = crate::native::load(&path, &native, 2, None)?.run(&input)?;
             out.push(Agreement {
                 dataset: *dataset,
                 model: model.clone(),

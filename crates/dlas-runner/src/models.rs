@@ -143,12 +143,7 @@ pub fn compressed_onnx(c: &Combination) -> Result<Vec<u8>> {
             },
         )?,
         Compression::Int8 => {
-            let calibration = dlas_compress::Calibration::seeded(
-                &graph,
-                MODEL_SEED,
-                32,
-                dlas_compress::CalibrationMethod::MinMax,
-            );
+            let calibration = int8_calibration(&graph);
             let (_, qdq) =
                 dlas_compress::quantize(&graph, &weights, &calibration, &dlas_compress::Tract)?;
             dlas_onnx::export_with(
@@ -182,6 +177,17 @@ pub fn compressed_onnx(c: &Combination) -> Result<Vec<u8>> {
             dlas_onnx::export(&graph, &pruned)
         }
     })
+}
+
+/// The calibration set of every int8 model: 32 seeded samples, min-max.
+/// The QDQ files and the native engine's int8 parameters both come from it.
+pub fn int8_calibration(graph: &dlas_zoo::Graph) -> dlas_compress::Calibration {
+    dlas_compress::Calibration::seeded(
+        graph,
+        MODEL_SEED,
+        32,
+        dlas_compress::CalibrationMethod::MinMax,
+    )
 }
 
 fn check_hash(path: &Path, expected: &str, pinned_by: &str) -> Result<()> {

@@ -5,14 +5,36 @@
 use crate::tuning::Tuned;
 use anyhow::{Result, bail};
 use dlas_backends::Session;
-use dlas_core::{Combination, Compression, Format};
+use dlas_core::{Combination, Compression, Dataset, Format};
 use dlas_engine::{DType, Engine, EngineConfig, FormatChoice};
 use dlas_zoo::Graph;
+use dlas_zoo::quant::QuantParams;
 use dlas_zoo::weights::Weights;
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{LazyLock, Mutex};
 
-/// Calibration samples of int8 activation ranges (seeded inputs, f64 reference).
-const CALIBRATION_SAMPLES: usize = 4;
+/// The int8 parameters of each network, calibrated once per process: a
+/// batch sweep loads the same network at every batch size.
+static INT8_PARAMS: LazyLock<Mutex<HashMap<(Dataset, String), QuantParams>>> =
+    LazyLock::new(Default::default);
+
+/// The compression stage's int8 parameters of a network: the calibration
+/// of the QDQ file the runtimes read ([`crate::models::int8_calibration`]),
+/// extended to every node because the engine keeps every activation in int8.
+fn int8_params(c: &Combination, graph: &Graph, weights: &Weights) -> Result<QuantParams> {
+    let key = (c.dataset, c.model.clone());
+    if let Some(q) = INT8_PARAMS.lock().expect("not poisoned").get(&key) {
+        return Ok(q.clone());
+    }
+    let calibration = crate::models::int8_calibration(graph);
+    let q = dlas_compress::engine_params(graph, weights, &calibration, &dlas_compress::Tract)?;
+    INT8_PARAMS
+        .lock()
+        .expect("not poisoned")
+        .insert(key, q.clone());
+    Ok(q)
+}
 
 struct NativeSession {
     engine: Engine,
@@ -46,25 +68,23 @@ pub struct Untuned {
 }
 
 /// The engine configuration of a combination: its algorithm, format,
-/// layout and data type (int8 calibrated on seeded inputs against the f64
-/// reference).
+/// layout and data type (int8 with the compression stage's parameters).
 pub fn engine_config(
     c: &Combination,
     threads: usize,
-    seed: u64,
     graph: &Graph,
     weights: &Weights,
-) -> EngineConfig {
+) -> Result<EngineConfig> {
     let dtype = match c.compression {
         Compression::Fp16 => DType::F16,
         Compression::Int8 => DType::I8,
         _ => DType::F32,
     };
-    let quant = (dtype == DType::I8).then(|| {
-        let inputs = dlas_zoo::weights::input(graph, seed, CALIBRATION_SAMPLES);
-        dlas_zoo::quant::calibrate(graph, weights, &inputs, CALIBRATION_SAMPLES)
-    });
-    EngineConfig {
+    let quant = match dtype {
+        DType::I8 => Some(int8_params(c, graph, weights)?),
+        _ => None,
+    };
+    Ok(EngineConfig {
         threads,
         algorithm: c.algorithm,
         format: match c.format {
@@ -76,7 +96,7 @@ pub fn engine_config(
         dtype,
         schedule: None,
         quant,
-    }
+    })
 }
 
 /// Compiles the fp32 ONNX file `model` for the combination. Pruned models
@@ -87,12 +107,11 @@ pub fn load(
     model: &Path,
     c: &Combination,
     threads: usize,
-    seed: u64,
     tuned: Option<&Tuned>,
 ) -> Result<Box<dyn Session>> {
     let bytes = std::fs::read(model)?;
     let (graph, weights) = dlas_onnx::import(&bytes, &c.model, c.dataset)?;
-    let config = engine_config(c, threads, seed, &graph, &weights);
+    let config = engine_config(c, threads, &graph, &weights)?;
     let (engine, schedules) = match (c.tuned, tuned) {
         (false, _) => (
             Engine::compile(&graph, &weights, &config)?,

@@ -191,7 +191,7 @@ fn measure_one(
         half_io: c.compression == Compression::Fp16,
     };
     let loaded = if c.compiler == "native" {
-        crate::native::load(&path, c, config.threads, config.seed, tuned.as_ref().ok())
+        crate::native::load(&path, c, config.threads, tuned.as_ref().ok())
     } else {
         dlas_backends::load(&c.compiler, &path, &session_config)
     };

@@ -99,7 +99,6 @@ pub fn tasks(
     study: &Study,
     combinations: &[Combination],
     threads: usize,
-    seed: u64,
     skipped: &mut BTreeMap<String, usize>,
     models: &mut Models,
 ) -> Result<Vec<Task>> {
@@ -118,7 +117,7 @@ pub fn tasks(
         let path = models.path(study, &crate::models::model_file_of(c))?;
         let bytes = std::fs::read(&path)?;
         let (graph, weights) = dlas_onnx::import(&bytes, &c.model, c.dataset)?;
-        let config = crate::native::engine_config(c, threads, seed, &graph, &weights);
+        let config = crate::native::engine_config(c, threads, &graph, &weights)?;
         let mut layers = Vec::new();
         let mut unsupported = None;
         for id in 0..graph.nodes.len() {
@@ -180,7 +179,6 @@ pub fn tune_host(
         study,
         combinations,
         config.threads,
-        config.seed,
         &mut report.skipped,
         &mut models,
     )?;

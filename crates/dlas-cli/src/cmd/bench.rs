@@ -166,8 +166,7 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
         }
         for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
             let c = combination("native", algorithm);
-            let mut session =
-                dlas_runner::native::load(&path, &c, threads, study.protocol.seed, None)?;
+            let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
             timed.push((
                 format!("native {algorithm}"),
                 median(measure(session.as_mut(), &input, protocol)?),

@@ -116,7 +116,6 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             &study,
             &plan.combinations,
             config.threads,
-            config.seed,
             &mut skipped,
             &mut models,
         )?;
@@ -240,7 +239,7 @@ pub fn bench(
             let tuned = Tuned::load(&best, false)?;
             let untuned_c = combination("native", algorithm, false);
             let load = |c: &Combination, t: Option<&Tuned>| {
-                dlas_runner::native::load(&path, c, threads, study.protocol.seed, t)
+                dlas_runner::native::load(&path, c, threads, t)
             };
             let (mut untuned, mut tuned_s) =
                 (load(&untuned_c, None)?, load(&tuned_c, Some(&tuned))?);
