@@ -10,20 +10,30 @@ use std::path::Path;
 
 /// Calls `f` with the compiler study's inputs, as `reproduce --study compilers` passes them.
 fn with_inputs(f: impl FnOnce(&Inputs)) {
+    with_results(&["data/results/compilers/mock.csv"], f)
+}
+
+/// Calls `f` with the compiler study's inputs from the committed results files `paths`.
+fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let study = Study::load("compilers", &root.join("data/studies")).unwrap();
     let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
-    let path = "data/results/compilers/mock.csv";
-    let rows = results::read_results(&root.join(path)).unwrap();
+    let mut rows = Vec::new();
+    let mut result_files = Vec::new();
+    for path in paths {
+        let start = rows.len();
+        rows.extend(results::read_results(&root.join(path)).unwrap());
+        result_files.push(ResultsFile {
+            path: path.to_string(),
+            rows: start..rows.len(),
+        });
+    }
     let sweeps = Sweeps::default();
     let inputs = Inputs {
         study: &study,
         results: &rows,
         specs: &specs,
-        result_files: vec![ResultsFile {
-            path: path.into(),
-            rows: 0..rows.len(),
-        }],
+        result_files,
         hosts: vec![],
         sweeps: &sweeps,
         layer: None,
@@ -57,6 +67,17 @@ fn findings_on_the_mocked_devices() {
     with_inputs(|inputs| {
         let checked = compilers::checked(inputs);
         insta::assert_yaml_snapshot!("compilers_findings", checked[0].outcomes);
+    });
+}
+
+/// The findings on the recorded host sweep (data/results/compilers/host.csv,
+/// measured on one machine with the study's reduced host protocol): its
+/// verdicts and evidence numbers, rounded as the report prints them.
+#[test]
+fn findings_on_the_recorded_host() {
+    with_results(&["data/results/compilers/host.csv"], |inputs| {
+        let checked = compilers::checked(inputs);
+        insta::assert_yaml_snapshot!("compilers_findings_host", checked[0].outcomes);
     });
 }
 
