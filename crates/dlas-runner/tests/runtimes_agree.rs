@@ -5,10 +5,12 @@
 
 use dlas_core::{Dataset, Study};
 use dlas_runner::crosscheck::{TOLERANCE, crosscheck};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-#[test]
-fn cifar10_networks_agree_across_runtimes_and_the_native_engine() {
+/// The project root and the ONNX Runtime library, or `None` (the test is
+/// skipped, saying why) where `cargo xtask setup` has not fetched it; in CI
+/// the library must be there, so a missing one fails the test that uses it.
+fn ort_library() -> Option<(PathBuf, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let library = dlas_backends::ort_runtime::library_path(&root);
     if !library.is_file() && std::env::var_os("CI").is_none() {
@@ -16,8 +18,16 @@ fn cifar10_networks_agree_across_runtimes_and_the_native_engine() {
             "skipped: {} missing (run `cargo xtask setup`)",
             library.display()
         );
-        return;
+        return None;
     }
+    Some((root, library))
+}
+
+#[test]
+fn cifar10_networks_agree_across_runtimes_and_the_native_engine() {
+    let Some((root, _)) = ort_library() else {
+        return;
+    };
     let study = Study::load("dlas", &root.join("data/studies")).unwrap();
     let networks: Vec<(Dataset, String)> = study
         .models()
@@ -50,15 +60,9 @@ fn cifar10_networks_agree_across_runtimes_and_the_native_engine() {
 #[test]
 fn transformer_networks_agree_across_runtimes() {
     use dlas_backends::{SessionConfig, ort_runtime, relative_l2};
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let library = ort_runtime::library_path(&root);
-    if !library.is_file() && std::env::var_os("CI").is_none() {
-        eprintln!(
-            "skipped: {} missing (run `cargo xtask setup`)",
-            library.display()
-        );
+    let Some((_, library)) = ort_library() else {
         return;
-    }
+    };
     ort_runtime::init(&library).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = SessionConfig {
@@ -106,15 +110,9 @@ fn native_int8_uses_the_compression_parameters_and_stays_near_the_qdq_file() {
     use dlas_backends::{SessionConfig, ort_runtime, relative_l2};
     use dlas_core::{Algorithm, Combination, Compression, Format, Layout};
     use dlas_runner::models::{self, Models};
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let library = ort_runtime::library_path(&root);
-    if !library.is_file() && std::env::var_os("CI").is_none() {
-        eprintln!(
-            "skipped: {} missing (run `cargo xtask setup`)",
-            library.display()
-        );
+    let Some((root, library)) = ort_library() else {
         return;
-    }
+    };
     ort_runtime::init(&library).unwrap();
     let study = Study::load("dlas", &root.join("data/studies")).unwrap();
     let mut files = Models::new(&root).unwrap();
