@@ -16,7 +16,9 @@ use dlas_core::{Combination, Compression, Study};
 use dlas_engine::{LayerKey, ScheduleTable, workload_of};
 use dlas_tune::records::{self, VERSION};
 use dlas_tune::search::State;
-use dlas_tune::{BestOf, Budget, LayerProblem, Record, RecordLog, StopReason, TaskKey, Timer};
+use dlas_tune::{
+    BestOf, Budget, LayerProblem, Phase, Record, RecordLog, StopReason, TaskKey, Timer,
+};
 use dlas_zoo::weights::Params;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -82,6 +84,8 @@ pub struct TuneReport {
     /// Tasks whose search ended in this run (the others had already ended).
     pub searched: usize,
     pub new_trials: usize,
+    /// Confirmation rounds of finalists measured in this run.
+    pub new_confirmations: usize,
     pub rejected: usize,
     pub failed: usize,
     pub seconds: f64,
@@ -89,8 +93,12 @@ pub struct TuneReport {
     pub skipped: BTreeMap<String, usize>,
     /// Lines of the log that could not be read.
     pub skipped_lines: Vec<String>,
-    /// Default / best time of every task, for the summary.
+    /// Default / best time of every task, for the summary (confirmed
+    /// times where the task's finalists were re-measured).
     pub speedups: Vec<f64>,
+    /// Search best / confirmed best of every confirmed task: how much the
+    /// search's own best understated the winner's cost.
+    pub curse: Vec<f64>,
 }
 
 /// The distinct tasks of `combinations` (native and tuned ones only);
@@ -187,12 +195,9 @@ pub fn tune_host(
     let loaded = records::load(&config.records)?;
     report.skipped_lines = loaded.skipped;
     let mut all = loaded.records;
-    let mut history: HashMap<TaskKey, Vec<_>> = HashMap::new();
+    let mut history: HashMap<TaskKey, Vec<Record>> = HashMap::new();
     for r in all.iter().filter(|r| r.fingerprint == fingerprint) {
-        history
-            .entry(r.task)
-            .or_default()
-            .push((r.schedule, r.cost()));
+        history.entry(r.task).or_default().push(r.clone());
     }
     let mut log = RecordLog::open(&config.records)?;
     let progress = Progress::new(tasks.len());
@@ -205,14 +210,14 @@ pub fn tune_host(
         )?;
         let past = history.get(&task.key).map_or(&[][..], Vec::as_slice);
         let task_started = Instant::now();
-        let before = past.len();
+        let before = past.iter().filter(|r| r.phase == Phase::Search).count();
         let outcome = dlas_tune::tune(
             &problem,
             config.budget,
             &config.timer,
             past,
             config.seed,
-            &mut |schedule, result, state: State| {
+            &mut |schedule, phase, result, state: State| {
                 let record = Record {
                     version: VERSION,
                     fingerprint: fingerprint.clone(),
@@ -223,6 +228,7 @@ pub fn tune_host(
                     timestamp: std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs()),
+                    phase,
                 };
                 log.append(&record)?;
                 all.push(record);
@@ -237,16 +243,20 @@ pub fn tune_host(
                 task.key, task.first_needed_by
             )
         })?;
-        if outcome.new_trials > 0 {
+        if outcome.new_trials + outcome.new_confirmations > 0 {
             report.searched += 1;
             BestOf::from_records(&all).save(&config.best)?;
         }
         report.new_trials += outcome.new_trials;
+        report.new_confirmations += outcome.new_confirmations;
         report.trials += outcome.trials;
         report.rejected += outcome.rejected;
         report.failed += outcome.failed;
         if let Some(d) = outcome.default_ms {
             report.speedups.push(d / outcome.best_ms);
+        }
+        if outcome.confirmed {
+            report.curse.push(outcome.search_best_ms / outcome.best_ms);
         }
         progress.task_done(i, &task.key, &outcome);
     }
@@ -347,8 +357,16 @@ impl Progress {
             StopReason::EarlyStop => "early stop",
             StopReason::Exhausted => "space exhausted",
         };
+        let confirmed = if o.confirmed {
+            format!(
+                " (confirmed; the search measured {:.4} ms)",
+                o.search_best_ms
+            )
+        } else {
+            String::new()
+        };
         let line = format!(
-            "[{}/{}] {task}: best {:.4} ms{} after {} trials ({} new, {} rejected, {stop})",
+            "[{}/{}] {task}: best {:.4} ms{confirmed}{} after {} trials ({} new, {} rejected, {stop})",
             i + 1,
             self.total,
             o.best_ms,

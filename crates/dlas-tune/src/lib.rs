@@ -11,6 +11,8 @@
 //!   `time_evaluator` protocol: repeats of enough runs to last a minimum time);
 //! - [`search`]: the evolutionary search with a trial budget and early stop,
 //!   resumable from the records of an interrupted search;
+//! - [`confirm`]: which schedule a search keeps: its finalists re-measured
+//!   in interleaved rounds (against the winner's curse);
 //! - [`records`]: one JSON line per measured candidate, appended crash-safely,
 //!   and the best-of file derived from them.
 //!
@@ -21,11 +23,12 @@
 //! [`LayerKey`]: dlas_engine::LayerKey
 //! [`Schedule::validate`]: dlas_engine::Schedule::validate
 
+pub mod confirm;
 pub mod measure;
 pub mod records;
 pub mod search;
 pub mod space;
 
 pub use measure::{LayerProblem, Timer};
-pub use records::{BestEntry, BestOf, Record, RecordLog, TaskKey};
+pub use records::{BestEntry, BestOf, Phase, Record, RecordLog, TaskKey};
 pub use search::{Budget, Outcome, StopReason, tune};

@@ -7,7 +7,8 @@
 //! when the log is read back. The best-of file is derived, rewritten
 //! atomically, and small enough to commit: it is what tuned runs apply.
 
-use crate::measure::{cost, default_schedule};
+use crate::confirm::{self, Measured};
+use crate::measure::cost;
 use anyhow::{Context, Result, bail};
 use dlas_engine::{LayerKey, Schedule, ScheduleTable};
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,23 @@ impl std::fmt::Display for TaskKey {
     }
 }
 
+/// Which step of a search measured a record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// A candidate of the search, ranked by this one measurement.
+    #[default]
+    Search,
+    /// One round of re-measuring a finalist (see [`crate::confirm`]).
+    Confirm,
+}
+
+impl Phase {
+    fn is_search(&self) -> bool {
+        *self == Phase::Search
+    }
+}
+
 /// One measured candidate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
@@ -46,6 +64,10 @@ pub struct Record {
     pub error: Option<String>,
     /// Seconds since the Unix epoch.
     pub timestamp: u64,
+    /// Absent in the log for search records (and in logs written before
+    /// confirmation existed, which hold search records only).
+    #[serde(default, skip_serializing_if = "Phase::is_search")]
+    pub phase: Phase,
 }
 
 impl Record {
@@ -149,10 +171,14 @@ pub struct BestEntry {
     pub fingerprint: String,
     pub task: TaskKey,
     pub schedule: Schedule,
+    /// Its cost: the median of its confirmation rounds' samples once the
+    /// search's finalists were re-measured, its search cost before.
     pub cost_ms: f64,
-    /// The default schedule's cost when it was measured in the same search.
+    /// The untuned default's cost (the schedule the search started from),
+    /// measured the same way.
     pub default_ms: Option<f64>,
-    /// Candidates measured for this task.
+    /// Candidates the search measured for this task (not counting
+    /// confirmation rounds).
     pub trials: usize,
 }
 
@@ -164,45 +190,35 @@ pub struct BestOf {
 }
 
 impl BestOf {
-    /// Derives the best-of from `records`. Ties keep the earlier record, so
-    /// the result depends only on the log's content.
+    /// Derives the best-of from `records`: per machine and task, the
+    /// schedule [`crate::confirm::decide`] keeps. The result depends only
+    /// on the log's content.
     pub fn from_records(records: &[Record]) -> BestOf {
-        let mut best: BTreeMap<(String, String), BestEntry> = BTreeMap::new();
-        let mut defaults: BTreeMap<(String, String), f64> = BTreeMap::new();
-        let mut trials: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut tasks: BTreeMap<(String, String), (&Record, Vec<Measured>)> = BTreeMap::new();
         for r in records {
-            let id = (r.fingerprint.clone(), r.task.to_string());
-            *trials.entry(id.clone()).or_default() += 1;
-            let Some(c) = r.cost() else { continue };
-            if default_schedule(&r.task).is_ok_and(|d| d == r.schedule) {
-                defaults.entry(id.clone()).or_insert(c);
-            }
-            best.entry(id)
-                .and_modify(|e| {
-                    if c < e.cost_ms {
-                        e.schedule = r.schedule;
-                        e.cost_ms = c;
-                    }
-                })
-                .or_insert(BestEntry {
-                    fingerprint: r.fingerprint.clone(),
-                    task: r.task,
-                    schedule: r.schedule,
-                    cost_ms: c,
-                    default_ms: None,
-                    trials: 0,
-                });
+            tasks
+                .entry((r.fingerprint.clone(), r.task.to_string()))
+                .or_insert_with(|| (r, Vec::new()))
+                .1
+                .push(r.into());
         }
+        let entries = tasks
+            .into_values()
+            .filter_map(|(first, history)| {
+                let d = confirm::decide(&history)?;
+                Some(BestEntry {
+                    fingerprint: first.fingerprint.clone(),
+                    task: first.task,
+                    schedule: d.best,
+                    cost_ms: d.best_ms,
+                    default_ms: d.default_ms,
+                    trials: history.iter().filter(|m| m.phase == Phase::Search).count(),
+                })
+            })
+            .collect();
         BestOf {
             version: VERSION,
-            entries: best
-                .into_iter()
-                .map(|(id, mut e)| {
-                    e.default_ms = defaults.get(&id).copied();
-                    e.trials = trials[&id];
-                    e
-                })
-                .collect(),
+            entries,
         }
     }
 

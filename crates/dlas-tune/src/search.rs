@@ -9,13 +9,17 @@
 //! rejects are counted and never measured; duplicates are never measured
 //! twice. The search stops at the trial budget, after `early_stop` trials
 //! without a better schedule (Ansor's rule), or when no unmeasured valid
-//! candidate can be found.
+//! candidate can be found. Then its finalists are re-measured in rounds and
+//! the winner is decided on those measurements ([`crate::confirm`]).
 //!
 //! A search resumes from the history of its records: the measured set, the
 //! best and the trials since the last improvement are replayed, and the
-//! random stream is re-seeded from the task and the number of trials done.
+//! random stream is re-seeded from the task and the number of trials done;
+//! confirmation rounds already recorded are not measured again.
 
+use crate::confirm::{self, Measured};
 use crate::measure::{LayerProblem, Timer, cost, default_schedule};
+use crate::records::{Phase, Record};
 use crate::space;
 use anyhow::Result;
 use dlas_engine::Schedule;
@@ -53,13 +57,23 @@ pub enum StopReason {
 /// What a search found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
+    /// The schedule kept, and its cost and the default's, from the
+    /// confirmation rounds when there were two or more finalists.
     pub best: Schedule,
     pub best_ms: f64,
     pub default_ms: Option<f64>,
-    /// Candidates measured, including those replayed from the history.
+    /// Whether `best_ms` and `default_ms` come from confirmation rounds.
+    pub confirmed: bool,
+    /// The search's own best cost, before confirmation: the gap to
+    /// `best_ms` is the winner's curse.
+    pub search_best_ms: f64,
+    /// Candidates measured by the search, including those replayed from
+    /// the history.
     pub trials: usize,
-    /// Candidates measured by this call.
+    /// Candidates measured by this call's search.
     pub new_trials: usize,
+    /// Confirmation rounds measured by this call.
+    pub new_confirmations: usize,
     /// Distinct candidates the engine rejected before measurement.
     pub rejected: usize,
     /// Measured candidates whose kernel failed.
@@ -75,9 +89,10 @@ pub struct State {
     pub default_ms: Option<f64>,
 }
 
-/// Called after each measurement with the candidate, its per-run costs
-/// (or why it failed) and where the search is.
-pub type OnTrial<'a> = dyn FnMut(Schedule, &Result<Vec<f64>>, State) -> Result<()> + 'a;
+/// Called after each measurement with the candidate, the step that
+/// measured it, its per-run costs (or why it failed) and where the search
+/// is.
+pub type OnTrial<'a> = dyn FnMut(Schedule, Phase, &Result<Vec<f64>>, State) -> Result<()> + 'a;
 
 /// Schedules kept as parents: the best measured so far.
 const ELITES: usize = 8;
@@ -85,15 +100,15 @@ const ELITES: usize = 8;
 const MAX_MISSES: usize = 2_000;
 
 /// Searches `problem`'s schedules. `history` is what earlier searches of
-/// the same task on this machine measured (schedule, cost or `None` when it
-/// failed), in order; `on_trial` is called after every measurement, before
+/// the same task on this machine recorded, in log order (records of other
+/// tasks are ignored); `on_trial` is called after every measurement, before
 /// the next one starts (it appends the record). Errors from `on_trial`
 /// end the search.
 pub fn tune(
     problem: &LayerProblem,
     budget: Budget,
     timer: &Timer,
-    history: &[(Schedule, Option<f64>)],
+    history: &[Record],
     seed: u64,
     on_trial: &mut OnTrial<'_>,
 ) -> Result<Outcome> {
@@ -112,8 +127,13 @@ pub fn tune(
         since_best: 0,
     };
     let mut failed = 0;
-    for &(s, c) in history {
-        seen.record(s, c);
+    let mut history: Vec<Measured> = history
+        .iter()
+        .filter(|r| r.task == task)
+        .map(Measured::from)
+        .collect();
+    for m in history.iter().filter(|m| m.phase == Phase::Search) {
+        seen.record(m.schedule, m.samples.as_deref().and_then(cost));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ task_hash(&task) ^ seen.state.trials as u64);
     let mut invalid: HashSet<Schedule> = HashSet::new();
@@ -153,23 +173,74 @@ pub fn tune(
         failed += usize::from(c.is_none());
         seen.record(candidate, c);
         new_trials += 1;
-        on_trial(candidate, &result, seen.state)?;
+        keep(
+            candidate,
+            Phase::Search,
+            result,
+            seen.state,
+            on_trial,
+            &mut history,
+        )?;
     };
-    let (best_ms, best) = seen
-        .ranked
-        .first()
-        .copied()
+    let search_best_ms = seen.state.best_ms;
+    // Confirmation: every finalist once per round, round after round, so
+    // that a change in the machine's load falls on all of them alike.
+    let finalists = confirm::finalists(&history);
+    let mut new_confirmations = 0;
+    if finalists.len() >= 2 {
+        let done = confirm::rounds_done(&history);
+        for round in 0..confirm::ROUNDS {
+            for &f in &finalists {
+                if done.get(&f).copied().unwrap_or(0) > round {
+                    continue;
+                }
+                let result = problem.measure(f, timer);
+                new_confirmations += 1;
+                keep(
+                    f,
+                    Phase::Confirm,
+                    result,
+                    seen.state,
+                    on_trial,
+                    &mut history,
+                )?;
+            }
+        }
+    }
+    let decision = confirm::decide(&history)
         .ok_or_else(|| anyhow::anyhow!("no candidate of {task} could be measured"))?;
     Ok(Outcome {
-        best,
-        best_ms,
-        default_ms: seen.state.default_ms,
+        best: decision.best,
+        best_ms: decision.best_ms,
+        default_ms: decision.default_ms,
+        confirmed: decision.confirmed,
+        search_best_ms,
         trials: seen.state.trials,
         new_trials,
+        new_confirmations,
         rejected: invalid.len(),
         failed,
         stop,
     })
+}
+
+/// Hands a measurement to `on_trial` (which records it) and adds it to the
+/// history the decision is made from.
+fn keep(
+    schedule: Schedule,
+    phase: Phase,
+    result: Result<Vec<f64>>,
+    state: State,
+    on_trial: &mut OnTrial<'_>,
+    history: &mut Vec<Measured>,
+) -> Result<()> {
+    on_trial(schedule, phase, &result, state)?;
+    history.push(Measured {
+        schedule,
+        phase,
+        samples: result.ok(),
+    });
+    Ok(())
 }
 
 /// What a search has measured so far.

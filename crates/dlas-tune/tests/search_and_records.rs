@@ -5,7 +5,7 @@ use dlas_core::{Algorithm, Dataset, Layout};
 use dlas_engine::{DType, Engine, EngineConfig, FormatChoice, LayerKey, Schedule, workload_of};
 use dlas_tune::records::{self, Loaded};
 use dlas_tune::search::State;
-use dlas_tune::{BestOf, Budget, LayerProblem, Record, RecordLog, StopReason, Timer, tune};
+use dlas_tune::{BestOf, Budget, LayerProblem, Phase, Record, RecordLog, StopReason, Timer, tune};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashSet;
@@ -37,7 +37,7 @@ fn problem(algorithm: Algorithm, format: FormatChoice, out_channels: usize) -> L
     LayerProblem::new(key, weights, 2, 1).unwrap()
 }
 
-fn record(p: &LayerProblem, s: Schedule, r: &anyhow::Result<Vec<f64>>) -> Record {
+fn record(p: &LayerProblem, s: Schedule, phase: Phase, r: &anyhow::Result<Vec<f64>>) -> Record {
     Record {
         version: records::VERSION,
         fingerprint: "test-machine".into(),
@@ -46,7 +46,15 @@ fn record(p: &LayerProblem, s: Schedule, r: &anyhow::Result<Vec<f64>>) -> Record
         costs_ms: r.as_ref().ok().cloned().unwrap_or_default(),
         error: r.as_ref().err().map(|e| e.to_string()),
         timestamp: 0,
+        phase,
     }
+}
+
+fn search_schedules(log: &[Record]) -> Vec<Schedule> {
+    log.iter()
+        .filter(|r| r.phase == Phase::Search)
+        .map(|r| r.schedule)
+        .collect()
 }
 
 #[test]
@@ -59,8 +67,8 @@ fn search_starts_at_the_default_measures_only_valid_new_candidates_and_resumes()
         let p = problem(algorithm, format, 32);
         let default = dlas_tune::measure::default_schedule(&p.task()).unwrap();
         let mut log = Vec::new();
-        let mut sink = |s: Schedule, r: &anyhow::Result<Vec<f64>>, _: State| {
-            log.push(record(&p, s, r));
+        let mut sink = |s: Schedule, phase, r: &anyhow::Result<Vec<f64>>, _: State| {
+            log.push(record(&p, s, phase, r));
             Ok(())
         };
         let budget = Budget {
@@ -71,22 +79,49 @@ fn search_starts_at_the_default_measures_only_valid_new_candidates_and_resumes()
         assert_eq!(first.stop, StopReason::Budget, "{algorithm}");
         assert_eq!(first.trials, 12);
         assert_eq!(log[0].schedule, default, "the search starts at the default");
+        assert!(first.confirmed);
+        // The four best and the default (if it is not among them), each
+        // in three interleaved rounds after the search.
+        let n = first.new_confirmations / 3;
+        assert!(n == 4 || n == 5, "{first:?}");
+        assert_eq!(first.new_confirmations, 3 * n);
+        let confirmations: Vec<Schedule> = log[12..].iter().map(|r| r.schedule).collect();
+        assert!(log[12..].iter().all(|r| r.phase == Phase::Confirm));
+        assert_eq!(confirmations[..n], confirmations[n..2 * n]);
+        assert_eq!(confirmations[..n], confirmations[2 * n..]);
+        assert!(confirmations[..n].contains(&default));
+        assert!(confirmations[..n].contains(&first.best));
         assert!(first.best_ms <= first.default_ms.unwrap());
+        // The best-of file decides as the search did.
+        let best = BestOf::from_records(&log);
+        let e = &best.entries[0];
+        assert_eq!(
+            (e.schedule, e.cost_ms, e.default_ms, e.trials),
+            (first.best, first.best_ms, first.default_ms, 12)
+        );
+        // Resuming with the same budget measures nothing.
+        let again = tune(&p, budget, &QUICK, &log, 9, &mut |_, _, _, _| {
+            panic!("a finished search measured again")
+        })
+        .unwrap();
+        assert_eq!((again.best, again.best_ms), (first.best, first.best_ms));
         // Resume from the records: 8 more trials, none repeating a schedule.
-        let history: Vec<_> = log.iter().map(|r| (r.schedule, r.cost())).collect();
         let mut more = Vec::new();
         let budget = Budget {
             trials: 20,
             early_stop: 1_000,
         };
-        let second = tune(&p, budget, &QUICK, &history, 9, &mut |s, r, _| {
-            more.push(record(&p, s, r));
+        let second = tune(&p, budget, &QUICK, &log, 9, &mut |s, phase, r, _| {
+            more.push(record(&p, s, phase, r));
             Ok(())
         })
         .unwrap();
         assert_eq!((second.trials, second.new_trials), (20, 8));
-        assert!(second.best_ms <= first.best_ms);
-        let all: Vec<Schedule> = log.iter().chain(&more).map(|r| r.schedule).collect();
+        assert!(second.search_best_ms <= first.search_best_ms);
+        let all: Vec<Schedule> = search_schedules(&log)
+            .into_iter()
+            .chain(search_schedules(&more))
+            .collect();
         let distinct: HashSet<_> = all.iter().collect();
         assert_eq!(distinct.len(), all.len(), "no schedule is measured twice");
         for s in &all {
@@ -105,14 +140,14 @@ fn early_stop_and_exhaustion_end_a_search() {
         trials: 10_000,
         early_stop: 3,
     };
-    let out = tune(&p, budget, &QUICK, &[], 1, &mut |_, _, _| Ok(())).unwrap();
+    let out = tune(&p, budget, &QUICK, &[], 1, &mut |_, _, _, _| Ok(())).unwrap();
     assert!(out.trials < 56, "{out:?}");
     assert_eq!(out.stop, StopReason::EarlyStop);
     let budget = Budget {
         trials: 10_000,
         early_stop: 10_000,
     };
-    let out = tune(&p, budget, &QUICK, &[], 1, &mut |_, _, _| Ok(())).unwrap();
+    let out = tune(&p, budget, &QUICK, &[], 1, &mut |_, _, _, _| Ok(())).unwrap();
     assert_eq!(out.stop, StopReason::Exhausted);
     assert_eq!((out.trials, out.rejected), (56, 14), "{out:?}");
 }
@@ -125,8 +160,13 @@ fn the_log_survives_a_torn_line_and_the_best_of_keeps_the_cheapest() {
     let default = dlas_tune::measure::default_schedule(&p.task()).unwrap();
     let other = dlas_tune::space::mutate(default, &mut ChaCha8Rng::seed_from_u64(2));
     let mut log = RecordLog::open(&path).unwrap();
-    log.append(&record(&p, default, &Ok(vec![2.0, 2.0, 2.0])))
-        .unwrap();
+    log.append(&record(
+        &p,
+        default,
+        Phase::Search,
+        &Ok(vec![2.0, 2.0, 2.0]),
+    ))
+    .unwrap();
     drop(log);
     // A crash in the middle of a write.
     std::fs::OpenOptions::new()
@@ -136,10 +176,15 @@ fn the_log_survives_a_torn_line_and_the_best_of_keeps_the_cheapest() {
         .write_all(b"{\"version\":1,\"finger")
         .unwrap();
     let mut log = RecordLog::open(&path).unwrap();
-    log.append(&record(&p, other, &Ok(vec![1.0, 1.5, 1.0])))
+    log.append(&record(&p, other, Phase::Search, &Ok(vec![1.0, 1.5, 1.0])))
         .unwrap();
-    log.append(&record(&p, other, &Err(anyhow::anyhow!("boom"))))
-        .unwrap();
+    log.append(&record(
+        &p,
+        other,
+        Phase::Search,
+        &Err(anyhow::anyhow!("boom")),
+    ))
+    .unwrap();
     let Loaded { records, skipped } = records::load(&path).unwrap();
     assert_eq!(records.len(), 3);
     assert_eq!(skipped.len(), 1);
@@ -151,6 +196,14 @@ fn the_log_survives_a_torn_line_and_the_best_of_keeps_the_cheapest() {
         (e.schedule, e.cost_ms, e.default_ms, e.trials),
         (other, 1.0, Some(2.0), 3)
     );
+    // A search record is written as before confirmation existed; a
+    // confirmation record says what it is.
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("phase"), "{text}");
+    let confirm = record(&p, other, Phase::Confirm, &Ok(vec![1.0]));
+    let line = serde_json::to_string(&confirm).unwrap();
+    assert!(line.ends_with(r#","phase":"confirm"}"#), "{line}");
+    assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), confirm);
     let saved = dir.path().join("best.json");
     best.save(&saved).unwrap();
     assert_eq!(BestOf::load(&saved).unwrap(), best);
@@ -160,6 +213,59 @@ fn the_log_survives_a_torn_line_and_the_best_of_keeps_the_cheapest() {
 }
 
 use std::io::Write;
+
+/// The winner's curse, by hand: the search ranks A (1.0 ms) over B
+/// (1.2 ms) over the default (2.0 ms), but the confirmation rounds find A
+/// slower than B. The kept schedule is B at the median of its pooled
+/// rounds; until every finalist has a round, the search's ranking stands.
+#[test]
+fn confirmation_rounds_decide_the_winner_once_every_finalist_has_one() {
+    let p = problem(Algorithm::Gemm, FormatChoice::Dense, 32);
+    let default = dlas_tune::measure::default_schedule(&p.task()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let mut distinct = vec![default];
+    while distinct.len() < 3 {
+        let s = dlas_tune::space::mutate(default, &mut rng);
+        if !distinct.contains(&s) {
+            distinct.push(s);
+        }
+    }
+    let (a, b) = (distinct[1], distinct[2]);
+    let at = |s, phase, ms: &[f64]| record(&p, s, phase, &Ok(ms.to_vec()));
+    let mut log = vec![
+        at(default, Phase::Search, &[2.0]),
+        at(a, Phase::Search, &[1.0]),
+        at(b, Phase::Search, &[1.2]),
+        at(a, Phase::Confirm, &[1.5, 1.4]),
+        at(b, Phase::Confirm, &[1.1, 1.3]),
+    ];
+    let decide = |log: &[Record]| {
+        let history: Vec<_> = log.iter().map(Into::into).collect();
+        dlas_tune::confirm::decide(&history).unwrap()
+    };
+    assert_eq!(
+        dlas_tune::confirm::finalists(&log.iter().map(Into::into).collect::<Vec<_>>()),
+        vec![a, b, default]
+    );
+    let d = decide(&log);
+    assert_eq!(
+        (d.best, d.best_ms, d.confirmed),
+        (a, 1.0, false),
+        "default unconfirmed"
+    );
+    log.push(at(default, Phase::Confirm, &[2.2, 2.0]));
+    log.push(at(b, Phase::Confirm, &[1.0]));
+    let d = decide(&log);
+    assert_eq!(
+        (d.best, d.best_ms, d.default_ms, d.confirmed),
+        (b, 1.1, Some(2.1), true)
+    );
+    let e = BestOf::from_records(&log).entries[0].clone();
+    assert_eq!(
+        (e.schedule, e.cost_ms, e.default_ms, e.trials),
+        (b, 1.1, Some(2.1), 3)
+    );
+}
 
 /// Random valid schedules for every layer of MobileNetV2 (CIFAR-10, with
 /// depthwise layers run by the direct kernel under gemm) change nothing
@@ -235,5 +341,25 @@ fn a_tuned_table_applies_to_every_layer_and_keeps_the_result() {
             "{algorithm} {layout}: {}",
             (err / norm).sqrt()
         );
+    }
+}
+
+/// The committed best-of files are what their committed records decide:
+/// derived, never edited, and unchanged by how the decision is made for
+/// logs without confirmation rounds.
+#[test]
+fn committed_best_of_files_are_derived_from_their_records() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for study in ["dlas", "compilers"] {
+        let dir = root.join("data/results").join(study).join("tuning");
+        let loaded = records::load(&dir.join("records.jsonl")).unwrap();
+        assert!(loaded.skipped.is_empty(), "{:?}", loaded.skipped);
+        let committed = BestOf::load(&dir.join("best.json")).unwrap();
+        assert!(!committed.entries.is_empty(), "{study}");
+        let derived = BestOf::from_records(&loaded.records);
+        assert_eq!(derived.entries.len(), committed.entries.len(), "{study}");
+        for (d, c) in derived.entries.iter().zip(&committed.entries) {
+            assert_eq!(d, c, "{study}: {}", c.task);
+        }
     }
 }

@@ -152,6 +152,14 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         report.seconds,
         mean(&report.speedups)
     );
+    if !report.curse.is_empty() {
+        println!(
+            "{} confirmation rounds re-measured the finalists of {} layers: the search's best was {:.2}x the confirmed cost of the schedule kept (mean; below 1 is the winner's curse)",
+            report.new_confirmations,
+            report.curse.len(),
+            mean(&report.curse)
+        );
+    }
     println!(
         "records: {}\nbest-of: {}",
         config.records.display(),
