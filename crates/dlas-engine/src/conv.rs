@@ -408,8 +408,8 @@ impl Conv2d {
     /// (`direct` with sparse weights) for a depthwise layer (see
     /// [`Conv2d::new`]).
     pub fn kernel_name(&self) -> &'static str {
-        match self.kernel {
-            Kernel::Int8(_) => "gemm-int8",
+        match &self.kernel {
+            Kernel::Int8(k) => k.name(),
             Kernel::Depthwise(_) => "depthwise",
             Kernel::Direct(_) => "direct",
             Kernel::Gemm(_) => "gemm",

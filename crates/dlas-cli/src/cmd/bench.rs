@@ -133,10 +133,10 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
         (Dataset::Cifar10, "resnet18"),
         (Dataset::Imagenet, "mobilenetv2"),
     ] {
-        let combination = |compiler: &str, algorithm: Algorithm| Combination {
+        let combination = |compiler: &str, algorithm: Algorithm, compression| Combination {
             dataset,
             model: model.into(),
-            compression: Compression::Dense,
+            compression,
             level: 0.0,
             algorithm,
             format: Format::Dense,
@@ -146,7 +146,7 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
             device: "host".into(),
             batch: 1,
         };
-        let reference = combination("ort-opt", Algorithm::Auto);
+        let reference = combination("ort-opt", Algorithm::Auto, Compression::Dense);
         let path = models.path(&study, &reference)?;
         let input = dlas_runner::models::input(&reference, study.protocol.seed);
         let macs = (dlas_zoo::find(dataset, model)?.build)().macs() as f64;
@@ -165,13 +165,29 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
             ));
         }
         for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
-            let c = combination("native", algorithm);
+            let c = combination("native", algorithm, Compression::Dense);
             let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
             timed.push((
                 format!("native {algorithm}"),
                 median(measure(session.as_mut(), &input, protocol)?),
             ));
         }
+        // int8: ONNX Runtime on the QDQ file, the engine with the same
+        // quantisation parameters (its ratios are still against fp32 ORT).
+        let int8 = combination("ort-opt", Algorithm::Auto, Compression::Int8);
+        let int8_path = models.path(&study, &int8)?;
+        let mut session = dlas_backends::load("ort-opt", &int8_path, &config)?;
+        timed.push((
+            "ort-opt int8".into(),
+            median(measure(session.as_mut(), &input, protocol)?),
+        ));
+        // The engine quantises the fp32 file itself (as `dlas run` does).
+        let c = combination("native", Algorithm::Gemm, Compression::Int8);
+        let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
+        timed.push((
+            "native gemm int8".into(),
+            median(measure(session.as_mut(), &input, protocol)?),
+        ));
         let (ort, tract) = (timed[0].1, timed[1].1);
         for (compiler, ms) in &timed {
             println!(

@@ -1,17 +1,11 @@
-//! int8 convolution (im2col + integer GEMM, NCHW, dense): int8 weights with
-//! per-output-channel symmetric scales, int8 activations with a per-tensor
-//! scale and zero point, exact i32 accumulation, and a per-channel
-//! requantisation epilogue.
-//!
-//! Zero points are subtracted while packing the input (to i16), so padding
-//! is an exact 0; reduction indices are paired so the AVX2 inner loop is
-//! `vpmaddwd` (16 multiply-accumulates per instruction) into i32.
+//! The int8 GEMM: im2col with the input's zero point subtracted (to i16,
+//! so padding is an exact 0), reduction indices paired so the AVX2 inner
+//! loop is `vpmaddwd` (16 multiply-accumulates per instruction) into i32.
 
-use crate::epilogue::Epilogue;
+use super::Finish;
 use crate::gemm::pack_im2col_with;
 use crate::isa::has_avx2_fma;
 use crate::workload::Workload;
-use dlas_zoo::quant::ActivationQuant;
 use rayon::prelude::*;
 
 /// Output columns per register strip and output rows per task step.
@@ -19,60 +13,36 @@ const STRIP: usize = 16;
 const ROWS: usize = 4;
 
 #[derive(Debug, Clone)]
-pub(crate) struct Int8Conv {
-    w: Workload,
+pub(super) struct Packed {
     /// Quantised weights, rows padded to a multiple of ROWS, as i16 pairs
     /// (reduction indices 2j and 2j + 1) packed in one i32 each: the operand
     /// `vpmaddwd` broadcasts.
     qw: Vec<i32>,
-    /// Per output channel: weight scale x input scale (the real value of one
-    /// accumulator unit).
-    unit: Vec<f32>,
-    input: ActivationQuant,
-    output: ActivationQuant,
 }
 
-impl Int8Conv {
-    /// Quantises `weights` with `scales` (one per output channel).
-    pub fn new(
-        w: Workload,
-        weights: &[f32],
-        scales: &[f32],
-        input: ActivationQuant,
-        output: ActivationQuant,
-    ) -> Int8Conv {
+impl Packed {
+    /// Packs the weights `q(oc, i)` (reduction index `i`) of layer `w`.
+    pub fn new(w: &Workload, q: impl Fn(usize, usize) -> i8) -> Packed {
         let red = w.reduction();
         let pairs = red.div_ceil(2);
-        let rows = w.out_channels_per_group().next_multiple_of(ROWS) * w.groups;
-        let mut qw = vec![0i32; rows * pairs];
         let ocg = w.out_channels_per_group();
         let padded = ocg.next_multiple_of(ROWS);
+        let mut qw = vec![0i32; padded * w.groups * pairs];
         for oc in 0..w.out_channels {
             let (g, r) = (oc / ocg, oc % ocg);
-            for q in 0..red {
-                let v = (weights[oc * red + q] / scales[oc])
-                    .round()
-                    .clamp(-127.0, 127.0);
+            for i in 0..red {
                 // Low half: even index, high half: odd index (little endian).
-                qw[(g * padded + r) * pairs + q / 2] |=
-                    ((v as i16 as u16 as u32) << (16 * (q % 2))) as i32;
+                qw[(g * padded + r) * pairs + i / 2] |=
+                    ((q(oc, i) as i16 as u16 as u32) << (16 * (i % 2))) as i32;
             }
         }
-        Int8Conv {
-            w,
-            qw,
-            unit: scales.iter().map(|s| s * input.scale).collect(),
-            input,
-            output,
-        }
+        Packed { qw }
     }
 
-    /// One NCHW sample; `residual` is the real-valued shortcut.
-    pub fn run(&self, input: &[i8], out: &mut [i8], epi: &Epilogue, residual: Option<&[f32]>) {
-        let w = &self.w;
+    /// One NCHW sample, finished by `finish`.
+    pub fn run(&self, w: &Workload, input: &[i8], zp: i16, out: &mut [i8], finish: &Finish) {
         let (ocg, red, pix) = (w.out_channels_per_group(), w.reduction(), w.out_pixels());
         let padded = ocg.next_multiple_of(ROWS);
-        let zp = self.input.zero_point as i16;
         let pairs = red.div_ceil(2);
         for g in 0..w.groups {
             // im2col (zero point subtracted) in STRIP-column panels, then
@@ -99,17 +69,10 @@ impl Int8Conv {
                         let panel = &b[p * 2 * pairs * STRIP..][..2 * pairs * STRIP];
                         let acc = strip(a, panel, pairs);
                         let x0 = p * STRIP;
+                        let n = STRIP.min(pix - x0);
                         for (r, acc) in acc.iter().enumerate().take(o.len() / pix) {
                             let oc = g * ocg + rb * ROWS + r;
-                            for (j, &v) in acc.iter().enumerate().take(pix - x0) {
-                                let i = oc * pix + x0 + j;
-                                let y = epi.one(
-                                    oc,
-                                    v as f32 * self.unit[oc],
-                                    residual.map_or(0.0, |r| r[i]),
-                                );
-                                o[r * pix + x0 + j] = self.output.quantize(y);
-                            }
+                            finish(oc, oc * pix + x0, &acc[..n], &mut o[r * pix + x0..][..n]);
                         }
                     }
                 });
