@@ -280,7 +280,8 @@ mod tests {
     /// The VNNI GEMM and the reference GEMM give the same bytes, with both
     /// register tiles (up to 16 output pixels and more), partial row blocks
     /// and panels, reductions not a multiple of 4, groups, strides and
-    /// padding (the zero-point correction must hold at the border).
+    /// padding (the zero-point correction must hold at the border), and
+    /// 1x1 layers (packed straight from the input).
     #[test]
     fn vnni_gemm_equals_the_reference_gemm() {
         if !vnni::available() {
@@ -295,6 +296,8 @@ mod tests {
             Workload::new(12, 18, 5, 1, 2, 3, 11, 6),
             Workload::new(128, 64, 1, 1, 0, 1, 14, 14),
             Workload::new(9, 40, 7, 2, 3, 1, 15, 15),
+            Workload::new(10, 12, 1, 1, 0, 2, 5, 7),
+            Workload::new(3, 20, 1, 1, 0, 1, 3, 3),
         ]
         .into_iter()
         .enumerate()

@@ -103,24 +103,13 @@ impl Packed {
         // Panels, rounded up to whole tiles (the extra columns are dropped).
         let panels = pix.div_ceil(LANES).next_multiple_of(np);
         let zpu = zp as i32 + 128;
+        let pointwise = w.kernel == 1 && w.stride == 1 && w.padding == 0;
         for g in 0..w.groups {
-            // im2col with the zero point subtracted (padding 0), then each
-            // panel's rows regrouped in quads as bytes u = v + zp + 128:
-            // b[panel][quad][column][4].
-            let flat = pack_im2col_with(input, w, g, LANES, 4 * quads, |x: i8| x as i16 - zp);
-            let mut b = vec![0u8; panels * quads * QUAD];
-            b.par_chunks_mut(quads * QUAD)
-                .zip(flat.par_chunks(4 * quads * LANES))
-                .for_each(|(dst, src)| {
-                    for (j, dst) in dst.chunks_exact_mut(QUAD).enumerate() {
-                        let src = &src[4 * j * LANES..][..QUAD];
-                        for (col, d) in dst.chunks_exact_mut(4).enumerate() {
-                            for (t, d) in d.iter_mut().enumerate() {
-                                *d = (src[t * LANES + col] as i32 + zpu) as u8;
-                            }
-                        }
-                    }
-                });
+            let b = if pointwise {
+                pack_pointwise(input, w, g, (quads, panels), zpu as u8)
+            } else {
+                pack_im2col(input, w, g, (quads, panels), zp)
+            };
             let rows_out = &mut out[g * ocg * pix..(g + 1) * ocg * pix];
             rows_out
                 .par_chunks_mut(mr * pix)
@@ -150,6 +139,66 @@ impl Packed {
                 });
         }
     }
+}
+
+/// The input operand of group `g`, `b[panel][quad][column][4]` as bytes
+/// `x + 128` (padding `zp + 128`): im2col with the zero point subtracted
+/// (so padding is 0), then each panel's rows regrouped in quads as
+/// `v + zp + 128`.
+fn pack_im2col(
+    input: &[i8],
+    w: &Workload,
+    g: usize,
+    (quads, panels): (usize, usize),
+    zp: i16,
+) -> Vec<u8> {
+    let zpu = zp as i32 + 128;
+    let flat = pack_im2col_with(input, w, g, LANES, 4 * quads, |x: i8| x as i16 - zp);
+    let mut b = vec![0u8; panels * quads * QUAD];
+    b.par_chunks_mut(quads * QUAD)
+        .zip(flat.par_chunks(4 * quads * LANES))
+        .for_each(|(dst, src)| {
+            for (j, dst) in dst.chunks_exact_mut(QUAD).enumerate() {
+                let src = &src[4 * j * LANES..][..QUAD];
+                for (col, d) in dst.chunks_exact_mut(4).enumerate() {
+                    for (t, d) in d.iter_mut().enumerate() {
+                        *d = (src[t * LANES + col] as i32 + zpu) as u8;
+                    }
+                }
+            }
+        });
+    b
+}
+
+/// [`pack_im2col`] of a 1x1, stride-1, unpadded layer, whose im2col matrix
+/// is the input itself: one pass from the NCHW input, where the general
+/// path copies it twice (MobileNets' expansion and projection layers).
+/// Cells past the last channel or pixel hold `zpu`, as padding would.
+fn pack_pointwise(
+    input: &[i8],
+    w: &Workload,
+    g: usize,
+    (quads, panels): (usize, usize),
+    zpu: u8,
+) -> Vec<u8> {
+    let (icg, pix) = (w.in_channels_per_group(), w.out_pixels());
+    let mut b = vec![zpu; panels * quads * QUAD];
+    b.par_chunks_mut(quads * QUAD)
+        .enumerate()
+        .for_each(|(p, dst)| {
+            let cols = p * LANES..pix.min((p + 1) * LANES);
+            if cols.is_empty() {
+                return;
+            }
+            for i in 0..icg {
+                let src = &input[(g * icg + i) * pix..][cols.clone()];
+                let dst = &mut dst[(i / 4) * QUAD + i % 4..];
+                for (col, &x) in src.iter().enumerate() {
+                    dst[col * 4] = x as u8 ^ 0x80;
+                }
+            }
+        });
+    b
 }
 
 /// The accumulators of one tile: `acc[r * panels + p]` holds row `r` of
