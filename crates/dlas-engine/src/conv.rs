@@ -380,6 +380,16 @@ impl Conv2d {
             weights.len() == w.out_channels * w.reduction() && scales.len() == w.out_channels,
             "{w}: weights or scales of the wrong length"
         );
+        // Each product is at most 255 x 127 in magnitude (an activation
+        // less its zero point, or the unsigned activation of the VNNI
+        // kernel, times a symmetric weight): beyond this many terms an i32
+        // accumulator could overflow.
+        const MAX_REDUCTION: usize = i32::MAX as usize / (255 * 127);
+        anyhow::ensure!(
+            w.reduction() <= MAX_REDUCTION,
+            "{w}: int8 accumulates {} products per output in i32, at most {MAX_REDUCTION} are safe",
+            w.reduction()
+        );
         let blocks = resolve_format(config.format, &w, weights)?;
         if config.algorithm != Algorithm::Gemm || blocks.is_some() || config.layout != Layout::Nchw
         {

@@ -392,3 +392,18 @@ proptest! {
         }
     }
 }
+
+/// An int8 layer whose i32 accumulators could overflow is refused with the
+/// limit, not run.
+#[test]
+fn int8_refuses_reductions_that_could_overflow() {
+    use dlas_zoo::quant::ActivationQuant;
+    let w = Workload::new(8000, 1, 3, 1, 1, 1, 3, 3);
+    let weights = vec![0.5; w.reduction()];
+    let q = ActivationQuant::from_range(-1.0, 1.0);
+    let cfg = config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nchw);
+    let err = Conv2d::new_int8(w, &weights, None, Activation::Identity, &[0.5], q, q, &cfg)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("at most 66311 are safe"), "{err}");
+}
