@@ -25,6 +25,26 @@ pub struct Combination {
 }
 
 impl Combination {
+    /// The dense network `model` of `dataset` on the host machine under
+    /// `compiler`: batch 1, NCHW, untuned, the compiler's own algorithm. The
+    /// starting point of the checks and benchmarks that run one network
+    /// outside a plan; change the other axes with struct update syntax.
+    pub fn host(dataset: Dataset, model: &str, compiler: &str) -> Combination {
+        Combination {
+            dataset,
+            model: model.into(),
+            compression: Compression::Dense,
+            level: 0.0,
+            algorithm: Algorithm::Auto,
+            format: Format::Dense,
+            layout: Layout::Nchw,
+            compiler: compiler.into(),
+            tuned: false,
+            device: "host".into(),
+            batch: 1,
+        }
+    }
+
     /// The value on `axis`, as written in study files and filters.
     pub fn get(&self, axis: &str) -> Option<String> {
         Some(match axis {

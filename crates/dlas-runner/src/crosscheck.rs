@@ -5,7 +5,7 @@
 use crate::models::{self, Models};
 use anyhow::Result;
 use dlas_backends::{SessionConfig, ort_runtime, relative_l2};
-use dlas_core::{Algorithm, Combination, Compression, Dataset, Format, Layout, Study};
+use dlas_core::{Algorithm, Combination, Dataset, Study};
 use std::path::Path;
 
 /// Agreement of one runtime with the reference on one network.
@@ -31,19 +31,7 @@ pub fn crosscheck(
     let mut models = Models::new(project_root)?;
     let mut out = Vec::new();
     for (dataset, model) in networks {
-        let c = Combination {
-            dataset: *dataset,
-            model: model.clone(),
-            compression: Compression::Dense,
-            level: 0.0,
-            algorithm: Algorithm::Auto,
-            format: Format::Dense,
-            layout: Layout::Nchw,
-            compiler: "ort-noopt".into(),
-            tuned: false,
-            device: "host".into(),
-            batch: 1,
-        };
+        let c = Combination::host(*dataset, model, "ort-noopt");
         let path = models.path(study, &c)?;
         let [ch, h, w] = dataset.input_chw();
         let config = SessionConfig {

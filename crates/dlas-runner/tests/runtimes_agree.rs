@@ -108,7 +108,7 @@ fn transformer_networks_agree_across_runtimes() {
 #[test]
 fn native_int8_uses_the_compression_parameters_and_stays_near_the_qdq_file() {
     use dlas_backends::{SessionConfig, ort_runtime, relative_l2};
-    use dlas_core::{Algorithm, Combination, Compression, Format, Layout};
+    use dlas_core::{Algorithm, Combination, Compression};
     use dlas_runner::models::{self, Models};
     let Some((root, library)) = ort_library() else {
         return;
@@ -117,17 +117,9 @@ fn native_int8_uses_the_compression_parameters_and_stays_near_the_qdq_file() {
     let study = Study::load("dlas", &root.join("data/studies")).unwrap();
     let mut files = Models::new(&root).unwrap();
     let combination = |compiler: &str, compression| Combination {
-        dataset: Dataset::Cifar10,
-        model: "resnet18".into(),
-        compression,
-        level: 0.0,
         algorithm: Algorithm::Gemm,
-        format: Format::Dense,
-        layout: Layout::Nchw,
-        compiler: compiler.into(),
-        tuned: false,
-        device: "host".into(),
-        batch: 1,
+        compression,
+        ..Combination::host(Dataset::Cifar10, "resnet18", compiler)
     };
     let config = SessionConfig {
         input_shape: [1, 3, 32, 32],

@@ -117,7 +117,7 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
 /// Times every compiler on the same ONNX file and prints ratios against
 /// ONNX Runtime and tract measured in the same run.
 fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Result<ExitCode> {
-    use dlas_core::{Algorithm, Combination, Compression, Dataset, Format, Layout};
+    use dlas_core::{Algorithm, Combination, Compression, Dataset};
     let specs = project.specs()?;
     let study = project.study("dlas", &specs)?;
     let library = dlas_backends::ort_runtime::library_path(&project.root);
@@ -134,17 +134,9 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
         (Dataset::Imagenet, "mobilenetv2"),
     ] {
         let combination = |compiler: &str, algorithm: Algorithm, compression| Combination {
-            dataset,
-            model: model.into(),
-            compression,
-            level: 0.0,
             algorithm,
-            format: Format::Dense,
-            layout: Layout::Nchw,
-            compiler: compiler.into(),
-            tuned: false,
-            device: "host".into(),
-            batch: 1,
+            compression,
+            ..Combination::host(dataset, model, compiler)
         };
         let reference = combination("ort-opt", Algorithm::Auto, Compression::Dense);
         let path = models.path(&study, &reference)?;

@@ -3,7 +3,7 @@
 
 use crate::project::{HOST, Project};
 use anyhow::{Result, bail};
-use dlas_core::{Algorithm, Combination, Compression, Dataset, Filter, Format, Layout, Plan};
+use dlas_core::{Algorithm, Combination, Dataset, Filter, Plan};
 use dlas_runner::timing::{Protocol, measure};
 use dlas_runner::tuning::{self, TuneConfig, Tuned};
 use dlas_tune::{Budget, Timer};
@@ -204,17 +204,9 @@ pub fn bench(
         (Dataset::Imagenet, "mobilenetv2"),
     ] {
         let combination = |compiler: &str, algorithm: Algorithm, tuned: bool| Combination {
-            dataset,
-            model: model.into(),
-            compression: Compression::Dense,
-            level: 0.0,
             algorithm,
-            format: Format::Dense,
-            layout: Layout::Nchw,
-            compiler: compiler.into(),
             tuned,
-            device: HOST.into(),
-            batch: 1,
+            ..Combination::host(dataset, model, compiler)
         };
         let reference = combination("ort-opt", Algorithm::Auto, false);
         let path = models.path(&study, &reference)?;
