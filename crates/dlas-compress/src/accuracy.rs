@@ -9,6 +9,7 @@
 
 use anyhow::{Context, Result, bail};
 use dlas_core::{Compression, Dataset};
+#[cfg(feature = "onnx")]
 use dlas_onnx::Runner;
 use image::imageops::FilterType;
 use image::{RgbImage, imageops};
@@ -203,6 +204,7 @@ pub struct Accuracy {
     pub top5: f64,
 }
 
+#[cfg(feature = "onnx")]
 /// Runs ONNX `model` (float32 or float16 input) through tract on `items` of `dataset`.
 pub fn accuracy(model: &[u8], dataset: Dataset, items: &[Item]) -> Result<Accuracy> {
     anyhow::ensure!(!items.is_empty(), "the dataset has no samples");

@@ -64,6 +64,7 @@ pub struct Compressed {
     pub report: CompressionReport,
 }
 
+#[cfg(feature = "onnx")]
 impl Compressed {
     /// The model as ONNX (float16 or QDQ where the numerics say so).
     pub fn onnx(&self) -> anyhow::Result<Vec<u8>> {

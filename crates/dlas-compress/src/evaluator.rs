@@ -4,8 +4,11 @@
 //! numerics"; the trait keeps them independent of the runtime, so the native
 //! engine can replace tract without touching the transformations.
 
-use dlas_onnx::{Dtype, Evaluation, ExportOptions, Qdq};
+#[cfg(feature = "onnx")]
+use dlas_onnx::{Dtype, ExportOptions};
 use dlas_zoo::Graph;
+use dlas_zoo::qdq::Qdq;
+use dlas_zoo::reference::Evaluation;
 use dlas_zoo::weights::Weights;
 
 /// The arithmetic a compressed model runs in, beyond its graph and weights.
@@ -19,6 +22,7 @@ pub enum Numerics {
     Int8(Box<Qdq>),
 }
 
+#[cfg(feature = "onnx")]
 impl Numerics {
     /// The ONNX export options that express these numerics.
     pub fn export_options(&self) -> ExportOptions<'_> {
@@ -51,10 +55,12 @@ pub trait Evaluator {
     ) -> anyhow::Result<Evaluation>;
 }
 
+#[cfg(feature = "onnx")]
 /// The reference evaluator: ONNX export run by tract ([`dlas_onnx::evaluate`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Tract;
 
+#[cfg(feature = "onnx")]
 impl Evaluator for Tract {
     fn evaluate(
         &self,

@@ -17,7 +17,7 @@
 
 use crate::evaluator::{Evaluator, Numerics};
 use crate::{check_weights, layer_weight};
-use dlas_onnx::{ActivationQuant, Qdq, WeightQuant};
+use dlas_zoo::qdq::{ActivationQuant, Qdq, WeightQuant};
 use dlas_zoo::quant::{QuantParams, channel_scales};
 use dlas_zoo::weights::Weights;
 use dlas_zoo::{Graph, Op};

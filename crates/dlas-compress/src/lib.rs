@@ -8,6 +8,11 @@
 //! are described by [`Numerics`] next to the graph. Fidelity against the
 //! dense model is measured through the [`Evaluator`] trait, so the tract
 //! reference evaluator and, later, the native engine give comparable reports.
+//!
+//! The feature `onnx` (on by default) adds what needs the ONNX exporter and
+//! tract: the [`Tract`] evaluator, [`Compressed::onnx`] and accuracy
+//! measurement. Crates that only transform weights (the mocked devices read
+//! pruned densities) turn it off and stay free of tract.
 
 pub mod accuracy;
 pub mod channels;
@@ -20,7 +25,9 @@ pub mod schedule;
 
 pub use channels::{Removal, prune_channels};
 pub use compress::{Compressed, Request, compress};
-pub use evaluator::{Evaluator, Numerics, Tract};
+#[cfg(feature = "onnx")]
+pub use evaluator::Tract;
+pub use evaluator::{Evaluator, Numerics};
 pub use int8::{Calibration, CalibrationMethod, Int8Params, engine_params, quantize};
 pub use prune::{Scope, prune_weights};
 pub use report::{CompressionReport, Fidelity, Footprint, footprint};

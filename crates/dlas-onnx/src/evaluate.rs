@@ -12,14 +12,7 @@ use dlas_zoo::weights::Weights;
 use prost::Message;
 use tract_onnx::prelude::*;
 
-/// Outputs of one evaluation, each flattened batch-major (N, C, H, W).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Evaluation {
-    /// The network output, `batch * classes` values.
-    pub output: Vec<f32>,
-    /// Per node id: that node's output (node 0: the input), when requested.
-    pub nodes: Option<Vec<Vec<f32>>>,
-}
+pub use dlas_zoo::reference::Evaluation;
 
 /// Evaluates `graph` with `weights` on `input` (`batch` samples of the
 /// graph's input shape), in the numerics `options` describe.

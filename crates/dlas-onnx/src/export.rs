@@ -16,6 +16,7 @@
 //! constant -100 mask and Slice/Concat rolls for its shifted windows), the
 //! class token as Pad + Add, and patch merging as Reshape/Transpose.
 
+pub use dlas_zoo::qdq::{ActivationQuant, Qdq, WeightQuant};
 use dlas_zoo::weights::{Params, Weights};
 use dlas_zoo::{Attention, Graph, Op, Shape};
 use prost::Message;
@@ -39,34 +40,6 @@ pub enum Dtype {
     /// Float16 initializers, input, output and activations. Linear layers
     /// become MatMul + Add, because tract cannot type a float16 Gemm.
     F16,
-}
-
-/// Static int8 quantisation in QDQ form, indexed by node id like [`Weights`].
-///
-/// The weights are already quantised (the numerics are the caller's, so the
-/// ONNX file and a native engine use the same integers).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Qdq {
-    /// The uint8 quantisation of a node's output, for every node a conv or
-    /// linear layer reads (node 0 is the network input).
-    pub activations: Vec<Option<ActivationQuant>>,
-    /// Per-output-channel symmetric int8 weights of conv and linear nodes.
-    pub weights: Vec<Option<WeightQuant>>,
-}
-
-/// Asymmetric per-tensor quantisation: `x ~ scale * (q - zero_point)`, `q` in 0..=255.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ActivationQuant {
-    pub scale: f32,
-    pub zero_point: u8,
-}
-
-/// Symmetric per-output-channel quantisation: `w ~ scales[o] * values`, zero point 0.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WeightQuant {
-    /// Same layout as the float weight (row-major, output channel first).
-    pub values: Vec<i8>,
-    pub scales: Vec<f32>,
 }
 
 /// What [`export_with`] writes besides the graph and weights.

@@ -7,6 +7,7 @@
 
 pub mod ir;
 pub mod networks;
+pub mod qdq;
 pub mod quant;
 pub mod reference;
 pub mod weights;

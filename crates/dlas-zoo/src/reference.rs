@@ -10,6 +10,16 @@
 use crate::ir::{Attention, Conv, Graph, Op, Pool, Shape};
 use crate::weights::{Params, Weights};
 
+/// Outputs of one evaluation of a graph by any evaluator (this reference,
+/// tract through `dlas-onnx`), each flattened batch-major (N, C, H, W).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// The network output, `batch * classes` values.
+    pub output: Vec<f32>,
+    /// Per node id: that node's output (node 0: the input), when requested.
+    pub nodes: Option<Vec<Vec<f32>>>,
+}
+
 /// Batch-norm epsilon (PyTorch's default).
 pub const BN_EPS: f64 = 1e-5;
 
