@@ -6,6 +6,7 @@
 mod flake;
 mod lock;
 mod setup;
+mod tidy;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -51,6 +52,9 @@ enum Task {
     Setup,
     /// Check what can be checked of the Nix flake offline.
     Flake,
+    /// Check the crate ladder against docs/ARCHITECTURE.md, file headers and lengths,
+    /// and import loops.
+    Tidy,
     /// The whole test suite: format, lints, tests, snapshots and the report page in
     /// headless chromium, reproduce --check, verify, flake.
     Test,
@@ -88,6 +92,7 @@ fn main() -> Result<()> {
             dlas(&root, "bench", &args)
         }
         Task::Flake => flake::check(&root),
+        Task::Tidy => tidy::run(&root),
         Task::Test => test(&root),
     }
 }

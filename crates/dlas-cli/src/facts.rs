@@ -6,7 +6,7 @@
 use crate::project::Project;
 use anyhow::{Context, Result};
 use dlas_compress::accuracy::{Published, read_published};
-use dlas_compress::{Removal, Scope, footprint, prune_channels, prune_weights, sweep_levels};
+use dlas_compress::{footprint, study_pruning, sweep_levels};
 use dlas_core::{Compression, Dataset, Study};
 use dlas_report::compression::{LayerSlice, RecordedAccuracy, SweepPoint, Sweeps};
 use dlas_zoo::weights::{self, Params, Weights};
@@ -145,12 +145,7 @@ fn sweep_network(
 
 /// The study's pruning: global L1 weights, or L1 channels zeroed in place.
 fn prune(graph: &Graph, dense: &Weights, technique: Compression, level: f64) -> Result<Weights> {
-    match technique {
-        Compression::WeightPruning => prune_weights(graph, dense, level, Scope::Global),
-        Compression::ChannelPruning => Ok(prune_channels(graph, dense, level, Removal::Zero)?.1),
-        other => anyhow::bail!("{other} does not prune"),
-    }
-    .with_context(|| format!("cannot prune {} by {technique} at {level}", graph.name))
+    study_pruning(graph, dense, technique, level).with_context(|| format!("cannot prune {} by {technique} at {level}", graph.name))
 }
 
 /// The layer of Figure 2: in the study's first zoo network, the first

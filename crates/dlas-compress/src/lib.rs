@@ -36,6 +36,25 @@ pub use schedule::{choose_level, sweep_levels};
 use dlas_zoo::weights::{Params, Weights};
 use dlas_zoo::{Graph, Op};
 
+/// The study's pruning step (the DLAS paper's schedules): global L1
+/// unstructured pruning for `weight-pruning`, L1 channels zeroed in place
+/// (kept in the graph, so sparse formats see them) for `channel-pruning`.
+/// The mocked devices' densities, the runner's model files and the report's
+/// sweeps all prune through this one function, so they cannot drift apart.
+pub fn study_pruning(
+    graph: &Graph,
+    dense: &Weights,
+    technique: dlas_core::Compression,
+    level: f64,
+) -> anyhow::Result<Weights> {
+    use dlas_core::Compression;
+    match technique {
+        Compression::WeightPruning => prune_weights(graph, dense, level, Scope::Global),
+        Compression::ChannelPruning => Ok(prune_channels(graph, dense, level, Removal::Zero)?.1),
+        other => anyhow::bail!("{other} does not prune weights"),
+    }
+}
+
 /// Checks that a pruning level is a fraction of what can be removed.
 pub fn check_level(level: f64) -> anyhow::Result<f64> {
     anyhow::ensure!(

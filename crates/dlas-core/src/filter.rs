@@ -39,6 +39,28 @@ impl Filter {
         Ok(Filter { terms })
     }
 
+    /// This filter narrowed to `values` on `axis`: alternatives among
+    /// themselves, and, where the filter already names the axis, only the
+    /// values both allow. Commands that add a constraint to the user's
+    /// `--filter` (`dlas run --device`, `dlas tune`) build it with this
+    /// instead of joining text and parsing it again.
+    pub fn require<S: Into<String>>(
+        mut self,
+        axis: &str,
+        values: impl IntoIterator<Item = S>,
+    ) -> Result<Filter> {
+        if !AXES.contains(&axis) {
+            bail!("unknown axis `{axis}`; valid axes: {}", AXES.join(", "));
+        }
+        let values: Vec<String> = values.into_iter().map(Into::into).collect();
+        let narrowed = match self.terms.remove(axis) {
+            Some(old) => values.into_iter().filter(|v| old.contains(v)).collect(),
+            None => values,
+        };
+        self.terms.insert(axis.to_string(), narrowed);
+        Ok(self)
+    }
+
     /// Checks every value against the study, so a typo is an error, not an empty plan.
     pub fn check(&self, study: &Study) -> Result<()> {
         for (axis, values) in &self.terms {
@@ -73,6 +95,20 @@ impl Filter {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn require_narrows_what_the_user_filtered() {
+        let c = crate::Combination::host(crate::Dataset::Cifar10, "resnet18", "native");
+        let user = Filter::parse("compiler=native|ort-opt").unwrap();
+        let native = user.clone().require("compiler", ["native"]).unwrap();
+        assert!(native.matches(&c));
+        assert_eq!(native.single("compiler"), Some("native"));
+        let none = user.require("compiler", ["tract-opt"]).unwrap();
+        assert!(!none.matches(&c));
+        let fresh = Filter::default().require("device", ["host", "i7"]).unwrap();
+        assert!(fresh.matches(&c));
+        assert!(Filter::default().require("colour", ["red"]).is_err());
+    }
+
     use super::*;
 
     #[test]

@@ -14,7 +14,7 @@ pub mod study;
 
 pub use axes::{Algorithm, Compression, Dataset, Format, Layout};
 pub use filter::Filter;
-pub use plan::{Combination, Plan, Shard};
+pub use plan::{Combination, NATIVE, Plan, Shard};
 pub use results::{ResultRow, Status};
 pub use stats::Summary;
 pub use study::Study;

@@ -7,6 +7,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
+/// The compiler id of the study's own engine (`dlas-engine`), the one
+/// compiler with an algorithm axis and a tuned axis.
+pub const NATIVE: &str = "native";
+
 /// One planned measurement: a value on every axis of the stack.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Combination {
@@ -43,6 +47,11 @@ impl Combination {
             device: "host".into(),
             batch: 1,
         }
+    }
+
+    /// Whether the native engine runs this combination.
+    pub fn is_native(&self) -> bool {
+        self.compiler == NATIVE
     }
 
     /// The value on `axis`, as written in study files and filters.

@@ -125,15 +125,7 @@ pub fn pruned_densities(graph: &Graph, technique: Compression, level: f64) -> Re
 
 fn measure_densities(graph: &Graph, technique: Compression, level: f64) -> Result<Densities> {
     let dense = dlas_zoo::weights::generate(graph, dlas_zoo::weights::MODEL_SEED);
-    let pruned = match technique {
-        Compression::WeightPruning => {
-            dlas_compress::prune_weights(graph, &dense, level, dlas_compress::Scope::Global)?
-        }
-        Compression::ChannelPruning => {
-            dlas_compress::prune_channels(graph, &dense, level, dlas_compress::Removal::Zero)?.1
-        }
-        other => anyhow::bail!("{other} does not prune weights"),
-    };
+    let pruned = dlas_compress::study_pruning(graph, &dense, technique, level)?;
     Ok(graph
         .nodes
         .iter()

@@ -157,23 +157,7 @@ pub fn compressed_onnx(c: &Combination) -> Result<Vec<u8>> {
             )?
         }
         pruning => {
-            let pruned = match pruning {
-                Compression::WeightPruning => dlas_compress::prune_weights(
-                    &graph,
-                    &weights,
-                    c.level,
-                    dlas_compress::Scope::Global,
-                )?,
-                _ => {
-                    dlas_compress::prune_channels(
-                        &graph,
-                        &weights,
-                        c.level,
-                        dlas_compress::Removal::Zero,
-                    )?
-                    .1
-                }
-            };
+            let pruned = dlas_compress::study_pruning(&graph, &weights, pruning, c.level)?;
             dlas_onnx::export(&graph, &pruned)
         }
     })

@@ -20,7 +20,7 @@
 //! schedule the task's search started from: every search measures the
 //! engine's untuned schedule first.
 
-use crate::measure::cost;
+use crate::records::cost;
 use crate::records::{Phase, Record};
 use dlas_engine::Schedule;
 use std::collections::HashMap;

@@ -137,11 +137,6 @@ impl LayerProblem {
     }
 }
 
-/// A candidate's cost: the median of its samples (the study's statistic).
-pub fn cost(samples: &[f64]) -> Option<f64> {
-    dlas_core::Summary::from_samples(samples).map(|s| s.median)
-}
-
 /// The untuned schedule of `task`: what the engine runs without records,
 /// and where every search starts.
 pub fn default_schedule(task: &TaskKey) -> Result<Schedule> {

@@ -8,7 +8,6 @@
 //! atomically, and small enough to commit: it is what tuned runs apply.
 
 use crate::confirm::{self, Measured};
-use crate::measure::cost;
 use anyhow::{Context, Result, bail};
 use dlas_engine::{LayerKey, Schedule, ScheduleTable};
 use serde::{Deserialize, Serialize};
@@ -16,6 +15,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+/// A candidate's cost: the median of its samples (the study's statistic).
+/// It lives with the records because every decision read from them
+/// (search, confirmation, best-of) ranks by it.
+pub fn cost(samples: &[f64]) -> Option<f64> {
+    dlas_core::Summary::from_samples(samples).map(|s| s.median)
+}
 
 /// Format version of records and best-of files.
 pub const VERSION: u32 = 1;

@@ -18,8 +18,8 @@
 //! confirmation rounds already recorded are not measured again.
 
 use crate::confirm::{self, Measured};
-use crate::measure::{LayerProblem, Timer, cost, default_schedule};
-use crate::records::{Phase, Record};
+use crate::measure::{LayerProblem, Timer, default_schedule};
+use crate::records::{Phase, Record, cost};
 use crate::space;
 use anyhow::Result;
 use dlas_engine::Schedule;
