@@ -4,12 +4,11 @@
 //! device. Linear in the number of rows: lookups go through hash maps, so a
 //! 10,000-combination study merges in the time it takes to read its CSVs.
 
-use crate::manifest::{DeviceJob, Manifest, Placement, shard_results};
+use crate::manifest::{DeviceJob, Manifest, Rerun, SshPlacement, shard_results};
 use anyhow::{Context, Result, bail};
 use dlas_core::results::{read_results, to_csv};
-use dlas_core::{ResultRow, Status};
-use dlas_runner::environment::Environment;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use dlas_core::{Environment, ResultRow, Status};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 /// The outcome of a collection.
@@ -26,26 +25,11 @@ pub struct Collected {
     pub resubmit: Vec<String>,
 }
 
-/// How many of a shard's planned ids its results hold, and how many were planned.
-pub fn shard_progress(results_dir: &Path, job: &DeviceJob, shard: usize) -> (usize, usize) {
-    let planned = &job.planned[shard];
-    let done = read_results(&shard_results(results_dir, &job.device, shard))
-        .map(|rows| {
-            let present: HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
-            planned
-                .iter()
-                .filter(|id| present.contains(id.as_str()))
-                .count()
-        })
-        .unwrap_or(0);
-    (done, planned.len())
-}
-
 /// Collects every shard; writes the merged CSV to `out` when nothing is missing.
 pub fn collect(results_dir: &Path, out: Option<&Path>) -> Result<Collected> {
     let manifest = Manifest::load(results_dir)?;
     let mut collected = Collected::default();
-    let mut incomplete_ssh: Vec<(&DeviceJob, Vec<usize>)> = Vec::new();
+    let mut incomplete_ssh: Vec<(&DeviceJob, &SshPlacement)> = Vec::new();
     for job in &manifest.jobs {
         let device = &job.device;
         let mut by_position: BTreeMap<usize, ResultRow> = BTreeMap::new();
@@ -99,25 +83,20 @@ pub fn collect(results_dir: &Path, out: Option<&Path>) -> Result<Collected> {
         }
         check_consistent(results_dir, device, by_position.values())?;
         if !incomplete.is_empty() {
-            match &job.placement {
-                Placement::Slurm { script, .. } => {
-                    let list: Vec<String> = incomplete.iter().map(usize::to_string).collect();
-                    collected.resubmit.push(format!(
-                        "sbatch --array={} {}",
-                        list.join(","),
-                        script.display()
-                    ));
-                }
-                Placement::Ssh(_) => incomplete_ssh.push((job, incomplete)),
+            match job.placement.follow().rerun(&incomplete) {
+                Rerun::Command(command) => collected.resubmit.push(command),
+                Rerun::Ssh(placement) => incomplete_ssh.push((job, placement)),
             }
         }
         collected.rows.extend(by_position.into_values());
     }
-    collected.resubmit.extend(crate::ssh::resubmit_commands(
-        &manifest,
-        results_dir,
-        &incomplete_ssh,
-    ));
+    collected
+        .resubmit
+        .extend(crate::ssh::resume::resubmit_commands(
+            &manifest,
+            results_dir,
+            &incomplete_ssh,
+        ));
     if let (Some(out), true) = (out, collected.missing.is_empty()) {
         dlas_core::atomic::write_atomic(out, &to_csv(&collected.rows)?)?;
     }

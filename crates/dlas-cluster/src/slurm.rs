@@ -1,55 +1,14 @@
 //! Slurm: one job script per device (an `sbatch --array` over its shards),
 //! submitted with `sbatch`, watched with `squeue`.
 
-use crate::manifest::{DeviceJob, Manifest, Placement};
-use crate::{SubmitConfig, quote};
+use crate::config::{DeviceMap, SlurmConfig, SubmitConfig};
+use crate::manifest::{DeviceJob, Follow, Manifest, Placement, Rerun, SlurmPlacement};
+use crate::shell::quote;
 use anyhow::{Context, Result, bail};
 use dlas_core::Study;
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
-
-/// `device=partition[,constraint]` from `--map`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeviceMap {
-    pub device: String,
-    pub partition: String,
-    pub constraint: Option<String>,
-}
-
-impl std::str::FromStr for DeviceMap {
-    type Err = String;
-    fn from_str(text: &str) -> Result<DeviceMap, String> {
-        let (device, rest) = text
-            .split_once('=')
-            .ok_or_else(|| format!("`{text}` is not device=partition[,constraint]"))?;
-        let mut parts = rest.splitn(2, ',');
-        let partition = parts.next().unwrap_or_default().trim();
-        if device.trim().is_empty() || partition.is_empty() {
-            return Err(format!("`{text}` is not device=partition[,constraint]"));
-        }
-        Ok(DeviceMap {
-            device: device.trim().into(),
-            partition: partition.into(),
-            constraint: parts
-                .next()
-                .map(|c| c.trim().to_string())
-                .filter(|c| !c.is_empty()),
-        })
-    }
-}
-
-/// The Slurm side of a submission.
-#[derive(Debug, Clone)]
-pub struct SlurmConfig {
-    /// One entry per device to run.
-    pub map: Vec<DeviceMap>,
-    /// Time limit per task, Slurm syntax.
-    pub time_limit: String,
-    /// Only write the scripts; do not call sbatch.
-    pub dry_run: bool,
-}
 
 /// Writes one job script per mapped device and submits it.
 pub fn submit(study: &Study, config: &SubmitConfig, slurm: &SlurmConfig) -> Result<Manifest> {
@@ -61,7 +20,7 @@ pub fn submit(study: &Study, config: &SubmitConfig, slurm: &SlurmConfig) -> Resu
     {
         bail!("--map names device `{twice}` twice; give each device one partition");
     }
-    let plans = crate::plan_devices(study, config, &devices, |_| 1)?;
+    let plans = crate::plan::plan_devices(study, config, &devices, |_| 1)?;
     std::fs::create_dir_all(config.results_dir.join("jobs"))?;
     std::fs::create_dir_all(config.results_dir.join("logs"))?;
     let mut jobs = Vec::new();
@@ -87,12 +46,12 @@ pub fn submit(study: &Study, config: &SubmitConfig, slurm: &SlurmConfig) -> Resu
             shards,
             exclusive,
             planned: plan.ids(),
-            placement: Placement::Slurm {
+            placement: Placement::Slurm(SlurmPlacement {
                 partition: map.partition.clone(),
                 constraint: map.constraint.clone(),
                 script,
                 job_id,
-            },
+            }),
         });
     }
     Manifest {
@@ -196,10 +155,7 @@ pub fn queued(manifest: &Manifest) -> Result<HashMap<String, String>> {
     let ids: Vec<&str> = manifest
         .jobs
         .iter()
-        .filter_map(|j| match &j.placement {
-            Placement::Slurm { job_id, .. } => job_id.as_deref(),
-            Placement::Ssh(_) => None,
-        })
+        .filter_map(|j| j.placement.follow().queued_job())
         .collect();
     let mut queued = HashMap::new();
     if ids.is_empty() {
@@ -217,18 +173,82 @@ pub fn queued(manifest: &Manifest) -> Result<HashMap<String, String>> {
     Ok(queued)
 }
 
+impl Follow for SlurmPlacement {
+    fn whereabouts(&self) -> String {
+        format!(
+            "job {} ({})",
+            self.job_id.as_deref().unwrap_or("not submitted"),
+            self.script.display()
+        )
+    }
+
+    fn queued_job(&self) -> Option<&str> {
+        self.job_id.as_deref()
+    }
+
+    /// Slurm's state while it holds the task; once it lets go, the results
+    /// in the shared folder tell a finished task from a failed one.
+    fn shard_state(
+        &self,
+        job: &DeviceJob,
+        results_dir: &Path,
+        shard: usize,
+        queued: &HashMap<String, String>,
+    ) -> String {
+        let task = self.job_id.as_ref().map(|j| format!("{j}_{shard}"));
+        match task.and_then(|t| queued.get(&t)) {
+            Some(state) => state.clone(),
+            None => match job.progress(results_dir, shard) {
+                (done, planned) if done == planned => "done".into(),
+                _ => "failed or not started".into(),
+            },
+        }
+    }
+
+    fn rerun(&self, incomplete: &[usize]) -> Rerun<'_> {
+        let list: Vec<String> = incomplete.iter().map(usize::to_string).collect();
+        Rerun::Command(format!(
+            "sbatch --array={} {}",
+            list.join(","),
+            self.script.display()
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Slurm's own state while it holds a task; afterwards the shard's
+    /// results decide; the rerun names exactly the incomplete tasks.
     #[test]
-    fn parses_device_maps() {
-        let m: DeviceMap = "xavier-gpu=gpu,volta".parse().unwrap();
-        assert_eq!(m.partition, "gpu");
-        assert_eq!(m.constraint.as_deref(), Some("volta"));
-        let m: DeviceMap = "host=cpu".parse().unwrap();
-        assert_eq!(m.constraint, None);
-        assert!("host".parse::<DeviceMap>().is_err());
-        assert!("host=".parse::<DeviceMap>().is_err());
+    fn follows_array_tasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let placement = SlurmPlacement {
+            partition: "debug".into(),
+            constraint: None,
+            script: "/r/jobs/i7.sbatch".into(),
+            job_id: Some("12".into()),
+        };
+        let job = DeviceJob {
+            device: "i7".into(),
+            shards: 2,
+            exclusive: false,
+            planned: vec![vec!["a".into()], vec!["b".into()]],
+            placement: Placement::Slurm(placement.clone()),
+        };
+        let follow = job.placement.follow();
+        assert_eq!(follow.queued_job(), Some("12"));
+        let queued = HashMap::from([("12_1".to_string(), "running".to_string())]);
+        assert_eq!(
+            follow.shard_state(&job, dir.path(), 0, &queued),
+            "failed or not started"
+        );
+        assert_eq!(follow.shard_state(&job, dir.path(), 1, &queued), "running");
+        assert_eq!(
+            follow.rerun(&[0, 1]),
+            Rerun::Command("sbatch --array=0,1 /r/jobs/i7.sbatch".into())
+        );
+        assert_eq!(follow.whereabouts(), "job 12 (/r/jobs/i7.sbatch)");
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod atomic;
 pub mod axes;
+pub mod environment;
 pub mod filter;
 pub mod plan;
 pub mod results;
@@ -13,6 +14,7 @@ pub mod stats;
 pub mod study;
 
 pub use axes::{Algorithm, Compression, Dataset, Format, Layout};
+pub use environment::Environment;
 pub use filter::Filter;
 pub use plan::{Combination, NATIVE, Plan, Shard};
 pub use results::{ResultRow, Status};

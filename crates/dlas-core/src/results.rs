@@ -185,6 +185,11 @@ pub fn to_csv(rows: &[ResultRow]) -> Result<Vec<u8>> {
     Ok(writer.into_inner()?)
 }
 
+/// The samples file that belongs to a results file.
+pub fn samples_path(results: &Path) -> std::path::PathBuf {
+    results.with_extension("samples.jsonl")
+}
+
 /// An append-only results file: each row is written and flushed to disk
 /// before the next combination starts, so a crash loses at most the one in progress.
 pub struct ResultsAppender {

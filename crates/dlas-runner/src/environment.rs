@@ -1,9 +1,10 @@
-//! The environment record: what machine and software produced a results
-//! file. Its id (a hash of its content) is the `source` of every row, so a
-//! number can always be traced to the machine, toolchain and protocol.
+//! Filling in the environment record ([`Environment`], defined in core
+//! beside the results it describes) on the machine that runs: the CPU, OS,
+//! toolchain, runtime versions and protocol. Its id (a hash of its content)
+//! is the `source` of every row, so a number can always be traced to the
+//! machine, toolchain and protocol.
 
-use anyhow::Result;
-use serde::{Deserialize, Serialize};
+pub use dlas_core::Environment;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -79,87 +80,38 @@ impl Cpu {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Environment {
-    pub cpu_model: String,
-    pub cpu_flags: Vec<String>,
-    pub logical_cpus: usize,
-    pub frequency_governor: String,
-    pub os: String,
-    pub kernel: String,
-    pub rustc: String,
-    pub dlas_version: String,
-    pub tract_version: String,
-    pub ort_crate_version: String,
-    /// ONNX Runtime build information and library hash, or why it is absent.
-    pub onnxruntime: String,
-    pub git_revision: String,
-    /// 1-minute load average when the run started: other work on the machine
-    /// shows up here rather than silently in the timings.
-    pub load_average: String,
-    /// The measurement protocol, as `key=value` pairs.
-    pub protocol: Vec<(String, String)>,
-}
-
-impl Environment {
-    /// Detects the machine and software; `onnxruntime` comes from the caller
-    /// (it depends on whether the library was loaded).
-    pub fn detect(
-        project_root: &Path,
-        onnxruntime: String,
-        protocol: Vec<(String, String)>,
-    ) -> Environment {
-        let cpu = Cpu::detect();
-        let os = std::fs::read_to_string("/etc/os-release")
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-            .map(|v| v.trim_matches('"').to_string())
-            .unwrap_or_else(|| std::env::consts::OS.to_string());
-        Environment {
-            cpu_model: cpu.model,
-            cpu_flags: cpu.flags,
-            logical_cpus: cpu.logical_cpus,
-            frequency_governor: read_trimmed(
-                "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
-            )
+/// Detects the machine and software; `onnxruntime` comes from the caller
+/// (it depends on whether the library was loaded).
+pub fn detect(
+    project_root: &Path,
+    onnxruntime: String,
+    protocol: Vec<(String, String)>,
+) -> Environment {
+    let cpu = Cpu::detect();
+    let os = std::fs::read_to_string("/etc/os-release")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_else(|| std::env::consts::OS.to_string());
+    Environment {
+        cpu_model: cpu.model,
+        cpu_flags: cpu.flags,
+        logical_cpus: cpu.logical_cpus,
+        frequency_governor: read_trimmed("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
             .unwrap_or_else(|| "not readable".into()),
-            os,
-            kernel: read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
-            rustc: env!("DLAS_RUSTC_VERSION").into(),
-            dlas_version: env!("CARGO_PKG_VERSION").into(),
-            tract_version: TRACT_VERSION.into(),
-            ort_crate_version: ORT_CRATE_VERSION.into(),
-            onnxruntime,
-            git_revision: git_revision(project_root),
-            load_average: read_trimmed("/proc/loadavg")
-                .and_then(|l| l.split_whitespace().next().map(String::from))
-                .unwrap_or_else(|| "not readable".into()),
-            protocol,
-        }
-    }
-
-    /// `env-` and the first 12 hex digits of the sha256 of the record's JSON.
-    pub fn id(&self) -> String {
-        let json = serde_json::to_vec(self).expect("the record serialises");
-        format!("env-{}", &hex::encode(Sha256::digest(&json))[..12])
-    }
-
-    /// Writes `<dir>/<id>.json` (atomically) and returns its path.
-    pub fn save(&self, dir: &Path) -> Result<std::path::PathBuf> {
-        let path = dir.join(format!("{}.json", self.id()));
-        let mut json = serde_json::to_string_pretty(self)?;
-        json.push('\n');
-        dlas_core::atomic::write_if_changed(&path, json.as_bytes())?;
-        Ok(path)
-    }
-
-    pub fn load(path: &Path) -> Result<Environment> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!("cannot read environment record {}: {e}", path.display())
-        })?;
-        serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{} is not an environment record: {e}", path.display()))
+        os,
+        kernel: read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
+        rustc: env!("DLAS_RUSTC_VERSION").into(),
+        dlas_version: env!("CARGO_PKG_VERSION").into(),
+        tract_version: TRACT_VERSION.into(),
+        ort_crate_version: ORT_CRATE_VERSION.into(),
+        onnxruntime,
+        git_revision: git_revision(project_root),
+        load_average: read_trimmed("/proc/loadavg")
+            .and_then(|l| l.split_whitespace().next().map(String::from))
+            .unwrap_or_else(|| "not readable".into()),
+        protocol,
     }
 }
 
@@ -195,7 +147,7 @@ mod tests {
 
     #[test]
     fn id_depends_on_content_only() {
-        let a = Environment::detect(
+        let a = detect(
             Path::new("."),
             "none".into(),
             vec![("runs".into(), "3".into())],

@@ -6,7 +6,7 @@
 //! installed, a stage not built yet) are reported and not recorded, so a
 //! later run, once the environment allows, measures them.
 
-use crate::environment::Environment;
+use crate::environment;
 use crate::models::{self, Models};
 use crate::native::Untuned;
 use crate::store::Store;
@@ -106,7 +106,7 @@ pub fn run_host(
     } else {
         Err("no tuned combination selected".into())
     };
-    let environment = Environment::detect(
+    let environment = environment::detect(
         &config.project_root,
         ort.clone().unwrap_or_else(|e| format!("not loaded: {e}")),
         protocol_record,

@@ -27,10 +27,7 @@ pub struct Store {
     done: HashSet<String>,
 }
 
-/// The samples file that belongs to a results file.
-pub fn samples_path(results: &Path) -> PathBuf {
-    results.with_extension("samples.jsonl")
-}
+pub use dlas_core::results::samples_path;
 
 impl Store {
     /// Opens (or creates) a results file and its samples file; ids already

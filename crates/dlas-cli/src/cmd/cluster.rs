@@ -3,9 +3,13 @@
 
 use crate::project::Project;
 use anyhow::{Result, bail};
-use dlas_cluster::ssh::{SshConfig, Transport};
-use dlas_cluster::{DeviceMap, Executor, Placement, SshHost, SubmitConfig, slurm::SlurmConfig};
-use std::path::PathBuf;
+use dlas_cluster::{
+    DeviceMap, Executor, ModelFiles, OrtLibrary, SlurmConfig, SshConfig, SshHost, SubmitConfig,
+    Transport,
+};
+use dlas_core::{Combination, Study};
+use dlas_runner::models::{Models, model_file_of};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -136,7 +140,10 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
                             connect_timeout_s: *connect_timeout,
                         },
                         remote_dir: remote_dir.clone(),
-                        ort_library: Some(dlas_backends::ort_runtime::library_path(&project.root)),
+                        ort_library: Some(OrtLibrary {
+                            path: dlas_backends::ort_runtime::library_path(&project.root),
+                            version: dlas_backends::ort_runtime::VERSION.into(),
+                        }),
                     })
                 }
             };
@@ -158,29 +165,16 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
                 run_args: run_args.clone(),
                 executor,
             };
-            let manifest = dlas_cluster::submit(&loaded, &config)?;
+            let mut models = RunnerModels::new(&config.project_root);
+            let manifest = dlas_cluster::submit(&loaded, &config, &mut models)?;
             for job in &manifest.jobs {
                 let combinations = job.planned.iter().map(Vec::len).sum::<usize>();
-                match &job.placement {
-                    Placement::Slurm { script, job_id, .. } => println!(
-                        "{}: {} shard(s), {combinations} combinations, job {} ({})",
-                        job.device,
-                        job.shards,
-                        job_id.as_deref().unwrap_or("not submitted"),
-                        script.display()
-                    ),
-                    Placement::Ssh(placement) => println!(
-                        "{}: {} shard(s), {combinations} combinations, on {}",
-                        job.device,
-                        job.shards,
-                        placement
-                            .hosts
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                }
+                println!(
+                    "{}: {} shard(s), {combinations} combinations, {}",
+                    job.device,
+                    job.shards,
+                    job.placement.follow().whereabouts()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -215,5 +209,33 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
             eprintln!("error: not merged; rerun the shards above, then collect again");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// The model files boards read, from the runner's store: the file of each
+/// combination's model ([`model_file_of`]), generated if absent and
+/// hash-checked against `data/models.lock` once. The store is opened at the
+/// first request, so a submission that sends no host shard needs no lock file.
+pub struct RunnerModels {
+    root: PathBuf,
+    models: Option<Models>,
+}
+
+impl RunnerModels {
+    pub fn new(project_root: &Path) -> RunnerModels {
+        RunnerModels {
+            root: project_root.to_path_buf(),
+            models: None,
+        }
+    }
+}
+
+impl ModelFiles for RunnerModels {
+    fn path(&mut self, study: &Study, combination: &Combination) -> Result<PathBuf> {
+        let models = match &mut self.models {
+            Some(models) => models,
+            None => self.models.insert(Models::new(&self.root)?),
+        };
+        models.path(study, &model_file_of(combination))
     }
 }

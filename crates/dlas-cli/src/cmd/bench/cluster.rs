@@ -13,7 +13,7 @@
 
 use crate::project::Project;
 use anyhow::{Context, Result, bail};
-use dlas_cluster::{Executor, SubmitConfig, slurm::SlurmConfig};
+use dlas_cluster::{Executor, SlurmConfig, SubmitConfig};
 use dlas_core::{Plan, results};
 use dlas_devices::{MockProtocol, run_mocked};
 use std::path::{Path, PathBuf};
@@ -103,7 +103,9 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         }),
     };
     let started = Instant::now();
-    let manifest = dlas_cluster::submit(&study, &config)?;
+    // A dry run on Slurm: the tasks would find their own model files.
+    let mut models = crate::cmd::cluster::RunnerModels::new(&root);
+    let manifest = dlas_cluster::submit(&study, &config, &mut models)?;
     let submit_s = started.elapsed().as_secs_f64();
     let tasks: usize = manifest.jobs.iter().map(|j| j.shards).sum();
     let manifest_bytes = size(&dlas_cluster::Manifest::path(&results_dir));
@@ -207,7 +209,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     // environment record and has its samples beside it.
     let host = project.root.join("data/results/dlas/host.csv");
     if let Ok(host_rows) = results::read_results(&host) {
-        let samples = dlas_runner::store::samples_path(&host);
+        let samples = results::samples_path(&host);
         let header = std::fs::read_to_string(&host)?
             .lines()
             .next()

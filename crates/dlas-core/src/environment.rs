@@ -1,0 +1,98 @@
+//! The environment record: what machine and software produced a results
+//! file. Its id (a hash of its content) is the `source` of every row, so a
+//! number can always be traced to the machine, toolchain and protocol.
+//!
+//! Core holds the saved record (its fields, id and file name), so crates
+//! that only read results (the coordinator, the report) need not build the
+//! runner; `dlas_runner::environment` fills it in on the machine that runs.
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub cpu_model: String,
+    pub cpu_flags: Vec<String>,
+    pub logical_cpus: usize,
+    pub frequency_governor: String,
+    pub os: String,
+    pub kernel: String,
+    pub rustc: String,
+    pub dlas_version: String,
+    pub tract_version: String,
+    pub ort_crate_version: String,
+    /// ONNX Runtime build information and library hash, or why it is absent.
+    pub onnxruntime: String,
+    pub git_revision: String,
+    /// 1-minute load average when the run started: other work on the machine
+    /// shows up here rather than silently in the timings.
+    pub load_average: String,
+    /// The measurement protocol, as `key=value` pairs.
+    pub protocol: Vec<(String, String)>,
+}
+
+impl Environment {
+    /// `env-` and the first 12 hex digits of the sha256 of the record's JSON.
+    pub fn id(&self) -> String {
+        let json = serde_json::to_vec(self).expect("the record serialises");
+        format!("env-{}", &hex::encode(Sha256::digest(&json))[..12])
+    }
+
+    /// Writes `<dir>/<id>.json` (atomically) and returns its path.
+    pub fn save(&self, dir: &Path) -> Result<PathBuf> {
+        let path = dir.join(format!("{}.json", self.id()));
+        let mut json = serde_json::to_string_pretty(self)?;
+        json.push('\n');
+        crate::atomic::write_if_changed(&path, json.as_bytes())?;
+        Ok(path)
+    }
+
+    pub fn load(path: &Path) -> Result<Environment> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read environment record {}: {e}", path.display())
+        })?;
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not an environment record: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Environment {
+        Environment {
+            cpu_model: "cpu".into(),
+            cpu_flags: vec!["avx2".into()],
+            logical_cpus: 4,
+            frequency_governor: "performance".into(),
+            os: "linux".into(),
+            kernel: "6.1".into(),
+            rustc: "rustc 1.90".into(),
+            dlas_version: "0.1.0".into(),
+            tract_version: "0.23.9".into(),
+            ort_crate_version: "2.0.0-rc.15".into(),
+            onnxruntime: "none".into(),
+            git_revision: "abc".into(),
+            load_average: "0.1".into(),
+            protocol: vec![("runs".into(), "3".into())],
+        }
+    }
+
+    #[test]
+    fn id_depends_on_content_only() {
+        let a = record();
+        let b = a.clone();
+        assert_eq!(a.id(), b.id());
+        let mut c = a.clone();
+        c.protocol[0].1 = "4".into();
+        assert_ne!(a.id(), c.id());
+        assert!(a.id().starts_with("env-") && a.id().len() == 16);
+        let dir = tempfile::tempdir().unwrap();
+        let path = a.save(dir.path()).unwrap();
+        assert_eq!(path, dir.path().join(format!("{}.json", a.id())));
+        assert_eq!(Environment::load(&path).unwrap(), a);
+    }
+}
