@@ -150,15 +150,15 @@ impl LineFile {
                     ));
                 }
                 None => {
-                    let shown: String = String::from_utf8_lossy(tail).chars().take(40).collect();
-                    file.truncate(keep as u64)?;
-                    bytes.truncate(keep);
                     warning = Some(format!(
-                        "{}: dropped its partial last line ({} bytes, `{shown}…`), \
+                        "{}: dropped its partial last line ({} bytes, `{}…`), \
                          cut short by a crash or a full disk",
                         file.path.display(),
-                        tail.len()
+                        tail.len(),
+                        String::from_utf8_lossy(tail).chars().take(40).collect::<String>()
                     ));
+                    file.truncate(keep as u64)?;
+                    bytes.truncate(keep);
                 }
             }
         }
