@@ -155,7 +155,10 @@ impl LineFile {
                          cut short by a crash or a full disk",
                         file.path.display(),
                         tail.len(),
-                        String::from_utf8_lossy(tail).chars().take(40).collect::<String>()
+                        String::from_utf8_lossy(tail)
+                            .chars()
+                            .take(40)
+                            .collect::<String>()
                     ));
                     file.truncate(keep as u64)?;
                     bytes.truncate(keep);

@@ -498,7 +498,7 @@ mod tests {
             ),
             "{warning}"
         );
-        assert_eq!(appender.rows(), [row.clone()]);
+        assert_eq!(appender.rows(), std::slice::from_ref(&row));
         appender.append(&row).unwrap();
         drop(appender);
         assert_eq!(read_results(&path).unwrap(), vec![row.clone(), row]);
@@ -617,7 +617,7 @@ mod tests {
         let failed = ResultRow::without_timing(&combination(), 1, Status::Failed, "x", "s");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.csv");
-        std::fs::write(&path, to_csv(&[failed.clone()]).unwrap()).unwrap();
+        std::fs::write(&path, to_csv(std::slice::from_ref(&failed)).unwrap()).unwrap();
         assert_eq!(read_results(&path).unwrap(), [failed]);
         std::fs::write(&path, to_csv(&[]).unwrap()).unwrap();
         assert_eq!(read_results(&path).unwrap(), []);
