@@ -4,6 +4,7 @@
 //! This crate sits at the top of the data flow. It knows nothing about
 //! networks, devices or drawing; every other crate speaks its types.
 
+pub mod append;
 pub mod atomic;
 pub mod axes;
 pub mod environment;

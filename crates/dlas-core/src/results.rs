@@ -4,13 +4,13 @@
 //! appended; a results file is read back by id, so a resumed run skips what
 //! is already there.
 
+use crate::append::{self, LineFile};
 use crate::axes::{Algorithm, Compression, Dataset, Format, Layout};
 use crate::plan::{Combination, format_level};
 use crate::stats::Summary;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use std::fs::OpenOptions;
-use std::io::Write;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// What happened to a combination.
@@ -158,26 +158,129 @@ pub fn round_significant(x: f64, digits: i32) -> f64 {
     (x * scale).round() / scale
 }
 
-/// Reads a results CSV; a malformed row is an error naming the file and line.
+impl ResultRow {
+    /// Checks what the schema promises beyond the column types: every
+    /// number finite; for `ok` and `unstable` rows a median, every time
+    /// positive and the spread (`stddev_ms`, `cv`) not negative. The error
+    /// is `field <column>: <why>`.
+    pub fn check(&self) -> Result<(), String> {
+        let timed = self.status.has_timing();
+        let status = self.status.name();
+        if timed && self.median_ms.is_none() {
+            return Err(format!(
+                "field median_ms: empty, but a row of status {status} needs its median time"
+            ));
+        }
+        // (column, value, whether it is a time rather than a spread)
+        let numbers = [
+            ("median_ms", self.median_ms, true),
+            ("p10_ms", self.p10_ms, true),
+            ("p90_ms", self.p90_ms, true),
+            ("p99_ms", self.p99_ms, true),
+            ("mean_ms", self.mean_ms, true),
+            ("ci95_low_ms", self.ci95_low_ms, true),
+            ("ci95_high_ms", self.ci95_high_ms, true),
+            ("stddev_ms", self.stddev_ms, false),
+            ("cv", self.cv, false),
+        ];
+        for (column, value, is_time) in numbers {
+            let Some(x) = value else { continue };
+            if !x.is_finite() {
+                return Err(format!("field {column}: {x} is not a finite number"));
+            }
+            if timed && is_time && x <= 0.0 {
+                return Err(format!(
+                    "field {column}: {x} is not a positive time, and the row's status is {status}"
+                ));
+            }
+            if timed && x < 0.0 {
+                return Err(format!(
+                    "field {column}: {x} is negative, and the row's status is {status}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Status {
+    /// The status as the results file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Unstable => "unstable",
+            Status::Skipped => "skipped",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// Reads a results CSV. An empty file, a missing column, a malformed row
+/// or a number the schema does not allow is an error naming the file (and
+/// the line and column).
 pub fn read_results(path: &Path) -> Result<Vec<ResultRow>> {
-    let mut reader = csv::Reader::from_path(path)
+    let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read results file {}", path.display()))?;
+    parse_results(path, &text)
+}
+
+/// Parses the text of the results file `path` (see [`read_results`]).
+pub fn parse_results(path: &Path, text: &str) -> Result<Vec<ResultRow>> {
+    if text.trim().is_empty() {
+        bail!(
+            "{}: empty file; a results file starts with the header line `{}` \
+             (docs/results-schema.md)",
+            path.display(),
+            csv_header().trim_end()
+        );
+    }
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header = reader
+        .headers()
+        .with_context(|| format!("{}:1: not a results header", path.display()))?
+        .clone();
+    let expected = csv_header();
+    let missing: Vec<&str> = expected
+        .trim_end()
+        .split(',')
+        .filter(|column| !header.iter().any(|h| h == *column))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{}:1: no column {}; a results file has the columns `{}` (docs/results-schema.md)",
+            path.display(),
+            missing.join(", "),
+            expected.trim_end()
+        );
+    }
     let mut rows = Vec::new();
-    for (i, record) in reader.deserialize().enumerate() {
-        let row: ResultRow = record.map_err(|e| {
-            let line = e.position().map_or(i as u64 + 2, |p| p.line());
+    for record in reader.records() {
+        let invalid = |line: u64, why: &dyn std::fmt::Display| {
             anyhow::anyhow!(
-                "{}:{line}: not a valid results row ({e}); see docs/results-schema.md",
+                "{}:{line}: not a valid results row ({why}); see docs/results-schema.md",
                 path.display()
             )
+        };
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            invalid(line, &e)
         })?;
+        let line = record.position().map_or(0, |p| p.line());
+        let row: ResultRow = record
+            .deserialize(Some(&header))
+            .map_err(|e| invalid(line, &e))?;
+        row.check()
+            .map_err(|why| anyhow::anyhow!("{}:{line}: {why}", path.display()))?;
         rows.push(row);
     }
     Ok(rows)
 }
 
-/// Serialises rows to CSV text (with header).
+/// Serialises rows to CSV text, with the header even when there is no row.
 pub fn to_csv(rows: &[ResultRow]) -> Result<Vec<u8>> {
+    if rows.is_empty() {
+        return Ok(csv_header().into_bytes());
+    }
     let mut writer = csv::Writer::from_writer(Vec::new());
     for row in rows {
         writer.serialize(row)?;
@@ -190,59 +293,144 @@ pub fn samples_path(results: &Path) -> std::path::PathBuf {
     results.with_extension("samples.jsonl")
 }
 
-/// An append-only results file: each row is written and flushed to disk
-/// before the next combination starts, so a crash loses at most the one in progress.
+/// Whether a row was computed by the mocked devices' model rather than measured.
+pub fn is_mocked(row: &ResultRow) -> bool {
+    row.source.starts_with("mock-")
+}
+
+/// Refuses to write rows of one kind (`mocked` or measured) on `devices`
+/// into the file `path`, holding `existing`, when it holds rows of the
+/// other kind or of other devices: mocked and measured results never share
+/// a file, and no run drops another device's rows.
+pub fn check_mixing(
+    path: &Path,
+    existing: &[ResultRow],
+    mocked: bool,
+    devices: &BTreeSet<&str>,
+) -> Result<()> {
+    let kind = |m: bool| if m { "mocked" } else { "measured" };
+    let mut others: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for row in existing {
+        if is_mocked(row) != mocked || !devices.contains(row.device.as_str()) {
+            *others
+                .entry((kind(is_mocked(row)), row.device.as_str()))
+                .or_default() += 1;
+        }
+    }
+    if others.is_empty() {
+        return Ok(());
+    }
+    let held: Vec<String> = others
+        .iter()
+        .map(|((k, device), n)| format!("{n} {k} rows of device {device}"))
+        .collect();
+    let writes: Vec<&str> = devices.iter().copied().collect();
+    bail!(
+        "{} holds {}; this run writes {} rows of {} and never mixes them with other kinds \
+         or devices, nor drops them: choose another --out",
+        path.display(),
+        held.join(", "),
+        kind(mocked),
+        writes.join(", ")
+    )
+}
+
+/// An append-only results file, locked while it is open: each row is
+/// written and flushed to disk before the next combination starts, so a
+/// crash loses at most the one in progress, and no other process writes
+/// the file meanwhile.
 pub struct ResultsAppender {
-    file: std::fs::File,
-    path: std::path::PathBuf,
+    file: LineFile,
+    rows: Vec<ResultRow>,
+    /// Whether opening created the file; it is removed again if no row was
+    /// appended, so a run that records nothing leaves no file.
+    created: bool,
+    appended: usize,
 }
 
 impl ResultsAppender {
-    /// Opens (or creates, with a header) `path` for appending. A file whose
-    /// last line was cut by a crash is truncated back to its last full row.
-    pub fn open(path: &Path) -> Result<ResultsAppender> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create folder {}", dir.display()))?;
-        }
-        let existing = std::fs::read(path).unwrap_or_default();
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("cannot open results file {}", path.display()))?;
-        if existing.is_empty() {
-            file.write_all(csv_header()?.as_bytes())?;
-        } else if !existing.ends_with(b"\n") {
-            let keep = existing
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |i| i + 1);
-            file.set_len(keep as u64)?;
-        }
-        file.sync_all()?;
-        Ok(ResultsAppender {
+    /// Locks `path` (creating it with a header if absent or empty), repairs
+    /// a last row cut by a crash or a full disk (see [`crate::append`]) and
+    /// reads the rows it holds. Returns a warning line when it repaired
+    /// something.
+    pub fn open(path: &Path) -> Result<(ResultsAppender, Option<String>)> {
+        let header = csv_header();
+        let locked = append::lock(path, true)?.expect("created when absent");
+        let created = locked.created;
+        let complete = |line: &str| {
+            if !line.contains(',') || line.starts_with("id,") {
+                return line == header.trim_end();
+            }
+            let text = format!("{header}{line}\n");
+            parse_results(path, &text).is_ok_and(|rows| rows.iter().all(has_whole_source))
+        };
+        let (mut file, text, warning) = LineFile::open(locked, complete)?;
+        let rows = if text.is_empty() {
+            file.append(header.as_bytes())?;
+            Vec::new()
+        } else {
+            if !text.starts_with(&header) {
+                bail!(
+                    "{}:1: the header differs from this dlas's columns `{}`, so rows cannot be \
+                     appended to it; write to another file",
+                    path.display(),
+                    header.trim_end()
+                );
+            }
+            parse_results(path, &text)?
+        };
+        let appender = ResultsAppender {
             file,
-            path: path.to_path_buf(),
-        })
+            rows,
+            created,
+            appended: 0,
+        };
+        Ok((appender, warning))
     }
 
+    /// The rows the file held when it was opened.
+    pub fn rows(&self) -> &[ResultRow] {
+        &self.rows
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Appends `row`; on failure (a full disk) the file is left as it was.
     pub fn append(&mut self, row: &ResultRow) -> Result<()> {
         let mut writer = csv::WriterBuilder::new()
             .has_headers(false)
             .from_writer(Vec::new());
         writer.serialize(row)?;
         let bytes = writer.into_inner()?;
-        self.file
-            .write_all(&bytes)
-            .and_then(|()| self.file.sync_data())
-            .with_context(|| format!("cannot append to {}", self.path.display()))
+        self.file.append(&bytes)?;
+        self.appended += 1;
+        Ok(())
     }
 }
 
-/// The header line. The csv crate writes a header only with the first
-/// record, so it is taken from a placeholder row.
-fn csv_header() -> Result<String> {
+impl Drop for ResultsAppender {
+    fn drop(&mut self) {
+        // Still under the lock, so no other run has appended meanwhile.
+        if self.created && self.appended == 0 {
+            let _ = std::fs::remove_file(self.file.path());
+        }
+    }
+}
+
+/// Whether a row's source is a whole tag (`mock-v…`, or `env-` and 12 hex
+/// digits): a row cut inside its last column would otherwise parse.
+fn has_whole_source(row: &ResultRow) -> bool {
+    match row.source.strip_prefix("env-") {
+        Some(hex) => hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => row.source.starts_with("mock-v"),
+    }
+}
+
+/// The header line, with its newline. The csv crate writes a header only
+/// with the first record, so it is taken from a placeholder row.
+fn csv_header() -> String {
     let c = Combination {
         dataset: Dataset::Cifar10,
         model: String::new(),
@@ -256,17 +444,13 @@ fn csv_header() -> Result<String> {
         device: String::new(),
         batch: 1,
     };
-    let full = String::from_utf8(to_csv(&[ResultRow::without_timing(
-        &c,
-        0,
-        Status::Skipped,
-        "",
-        "",
-    )])?)?;
-    match full.split_once('\n') {
-        Some((header, _)) => Ok(format!("{header}\n")),
-        None => bail!("the csv writer produced no header"),
-    }
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    writer
+        .serialize(ResultRow::without_timing(&c, 0, Status::Skipped, "", ""))
+        .expect("a row serialises");
+    let full = String::from_utf8(writer.into_inner().expect("writes to memory")).expect("UTF-8");
+    let header = full.split_once('\n').expect("a header line").0;
+    format!("{header}\n")
 }
 
 #[cfg(test)]
@@ -289,21 +473,182 @@ mod tests {
         }
     }
 
+    fn measured() -> ResultRow {
+        let summary = Summary::from_samples(&[1.49, 1.5, 1.51]).unwrap();
+        ResultRow::measured(&combination(), 1, &summary, "env-0123456789ab")
+    }
+
+    fn open(path: &Path) -> (ResultsAppender, Option<String>) {
+        ResultsAppender::open(path).unwrap()
+    }
+
     #[test]
     fn appended_rows_read_back_and_survive_a_torn_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.csv");
-        let summary = Summary::from_samples(&[1.0, 1.1, 0.9]).unwrap();
-        let row = ResultRow::measured(&combination(), 1, &summary, "mock:1");
-        ResultsAppender::open(&path).unwrap().append(&row).unwrap();
-        // Simulate a crash in the middle of the next row.
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(b"deadbeef,cifar10,res").unwrap();
+        let row = measured();
+        open(&path).0.append(&row).unwrap();
+        // A crash in the middle of the next row.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"deadbeef,cifar10,res").unwrap();
         drop(f);
-        let mut appender = ResultsAppender::open(&path).unwrap();
+        let (mut appender, warning) = open(&path);
+        let warning = warning.unwrap();
+        assert!(
+            warning.contains(
+                "r.csv: dropped its partial last line (20 bytes, `deadbeef,cifar10,res…`)"
+            ),
+            "{warning}"
+        );
+        assert_eq!(appender.rows(), std::slice::from_ref(&row));
         appender.append(&row).unwrap();
-        let rows = read_results(&path).unwrap();
-        assert_eq!(rows, vec![row.clone(), row]);
+        drop(appender);
+        assert_eq!(read_results(&path).unwrap(), vec![row.clone(), row]);
+    }
+
+    /// A last row that is whole but for its newline is kept, not cut off;
+    /// one cut inside its source tag is not whole.
+    #[test]
+    fn a_last_row_lacking_only_its_newline_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        let (a, mut b) = (measured(), measured());
+        b.batch = 2;
+        let text = String::from_utf8(to_csv(&[a.clone(), b.clone()]).unwrap()).unwrap();
+        std::fs::write(&path, text.trim_end()).unwrap();
+        let (mut appender, warning) = open(&path);
+        assert!(warning.unwrap().contains("lacked its newline"));
+        assert_eq!(appender.rows(), [a.clone(), b.clone()]);
+        appender.append(&a).unwrap();
+        drop(appender);
+        assert_eq!(read_results(&path).unwrap(), vec![a.clone(), b, a.clone()]);
+        std::fs::write(&path, &text[..text.len() - 3]).unwrap();
+        let (appender, warning) = open(&path);
+        assert!(warning.unwrap().contains("dropped its partial last line"));
+        assert_eq!(appender.rows(), [a]);
+    }
+
+    /// A full disk in the middle of a row: the error names the file, the
+    /// file is cut back, and the next run resumes without a warning.
+    #[test]
+    fn a_full_disk_leaves_the_file_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        let row = measured();
+        let (mut appender, _) = open(&path);
+        appender.append(&row).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        appender
+            .file
+            .set_sink(crate::append::tests::full_disk(&path, 30));
+        let err = format!("{:#}", appender.append(&row).unwrap_err());
+        assert!(
+            err.contains(&format!("cannot append to {}", path.display())),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        drop(appender);
+        let (appender, warning) = open(&path);
+        assert_eq!((appender.rows(), warning), (&[row][..], None));
+    }
+
+    #[test]
+    fn a_second_appender_is_refused_and_an_unused_new_file_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        let (first, _) = open(&path);
+        let err = ResultsAppender::open(&path).err().unwrap().to_string();
+        assert!(
+            err.contains("r.csv is being written by another process"),
+            "{err}"
+        );
+        drop(first);
+        assert!(!path.exists(), "a run that recorded nothing left a file");
+    }
+
+    #[track_caller]
+    fn check_refused(text: &str, expected: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        std::fs::write(&path, text).unwrap();
+        let err = format!("{:#}", read_results(&path).unwrap_err());
+        assert!(err.contains(&format!("r.csv{expected}")), "{err}");
+    }
+
+    #[test]
+    fn readers_refuse_numbers_the_schema_does_not_allow() {
+        let text = String::from_utf8(to_csv(&[measured()]).unwrap()).unwrap();
+        let median = measured().median_ms.unwrap().to_string();
+        let with_median = |m: &str| text.replacen(&format!(",{median},"), &format!(",{m},"), 1);
+        check_refused(
+            &with_median("NaN"),
+            ":2: field median_ms: NaN is not a finite number",
+        );
+        check_refused(
+            &with_median("inf"),
+            ":2: field median_ms: inf is not a finite number",
+        );
+        check_refused(
+            &with_median("0"),
+            ":2: field median_ms: 0 is not a positive time, and the row's status is ok",
+        );
+        check_refused(
+            &with_median("-1"),
+            ":2: field median_ms: -1 is not a positive time",
+        );
+        check_refused(
+            &with_median(""),
+            ":2: field median_ms: empty, but a row of status ok needs its median time",
+        );
+        check_refused(
+            "",
+            ": empty file; a results file starts with the header line `id,",
+        );
+        let without_median: String = text
+            .lines()
+            .map(|l| {
+                let fields: Vec<&str> = l.split(',').collect();
+                format!("{},{}\n", fields[..14].join(","), fields[15..].join(","))
+            })
+            .collect();
+        check_refused(
+            &without_median,
+            ":1: no column median_ms; a results file has",
+        );
+        // A failed row has no timing to check.
+        let failed = ResultRow::without_timing(&combination(), 1, Status::Failed, "x", "s");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.csv");
+        std::fs::write(&path, to_csv(std::slice::from_ref(&failed)).unwrap()).unwrap();
+        assert_eq!(read_results(&path).unwrap(), [failed]);
+        std::fs::write(&path, to_csv(&[]).unwrap()).unwrap();
+        assert_eq!(read_results(&path).unwrap(), []);
+    }
+
+    #[test]
+    fn mocked_and_measured_rows_never_share_a_file() {
+        let path = Path::new("r.csv");
+        let mut mocked = measured();
+        mocked.source = "mock-v1".into();
+        let host = BTreeSet::from(["i7"]);
+        check_mixing(path, &[measured()], false, &host).unwrap();
+        check_mixing(path, &[mocked.clone()], true, &host).unwrap();
+        let err = check_mixing(path, &[measured(), measured()], true, &host)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "r.csv holds 2 measured rows of device i7; this run writes mocked rows of i7"
+            ),
+            "{err}"
+        );
+        let err = check_mixing(path, &[mocked], true, &BTreeSet::from(["xavier-gpu"]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("holds 1 mocked rows of device i7"), "{err}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use anyhow::Result;
 use dlas_backends::{SessionConfig, ort_runtime};
 use dlas_core::{Combination, Compression, ResultRow, Status, Study, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -77,7 +77,8 @@ pub fn run_host(
     config: &HostConfig,
 ) -> Result<RunReport> {
     let mut report = RunReport::default();
-    let mut store = Store::open(&config.results)?;
+    // Every combination of a host run is measured on this machine, device `host`.
+    let mut store = Store::open(&config.results, &BTreeSet::from(["host"]))?;
     let todo: Vec<&Combination> = combinations
         .iter()
         .filter(|c| {

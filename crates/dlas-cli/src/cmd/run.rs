@@ -1,11 +1,13 @@
 //! `dlas run`: measure a study's combinations and write results.
 //!
-//! Mocked devices are computed, so their results file is regenerated whole;
-//! the host is measured, so its results file is appended to and resumed.
+//! Mocked devices are computed, so their results file is regenerated whole,
+//! but only a file that holds nothing but mocked rows of the devices being
+//! regenerated; the host is measured, so its results file is appended to
+//! and resumed, and never holds mocked rows.
 
 use crate::project::{HOST, Project};
-use anyhow::{Result, bail};
-use dlas_core::{Filter, Plan, Shard, Study, results};
+use anyhow::{Context, Result, bail};
+use dlas_core::{Filter, Plan, Shard, Study, append, results};
 use dlas_devices::{DeviceSpec, MockProtocol, run_mocked};
 use dlas_runner::timing::Protocol;
 use std::path::PathBuf;
@@ -138,16 +140,43 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     if host {
         return run_host(project, &study, &plan, args);
     }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| project.results_dir(&study).join("mock.csv"));
+    // Held until the new file is in place, so no host run appends to the
+    // file being replaced.
+    let _lock = match append::lock(&out, false)? {
+        Some(existing) => {
+            let text = std::fs::read_to_string(&out)
+                .with_context(|| format!("cannot read {}", out.display()))?;
+            // An empty file holds nothing to lose.
+            let existing_rows = if text.trim().is_empty() {
+                Vec::new()
+            } else {
+                results::parse_results(&out, &text).with_context(|| {
+                    format!(
+                        "refusing to replace {}, which is not a results file: remove it or choose another --out",
+                        out.display()
+                    )
+                })?
+            };
+            let devices = plan
+                .combinations
+                .iter()
+                .map(|c| c.device.as_str())
+                .collect();
+            results::check_mixing(&out, &existing_rows, true, &devices)?;
+            Some(existing)
+        }
+        None => None,
+    };
     let protocol = MockProtocol {
         warmup: args.warmup.unwrap_or(study.protocol.warmup),
         runs: args.runs.unwrap_or(study.protocol.runs),
         seed: study.protocol.seed,
     };
     let rows = run_mocked(&plan.combinations, &specs, protocol)?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| project.results_dir(&study).join("mock.csv"));
     dlas_core::atomic::write_atomic(&out, &results::to_csv(&rows)?)?;
     println!("{} results written to {}", rows.len(), out.display());
     Ok(ExitCode::SUCCESS)
