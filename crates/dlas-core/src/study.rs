@@ -233,10 +233,10 @@ impl Study {
     pub fn parse(source: &str, path: &Path) -> Result<Study> {
         let file: StudyFile =
             toml::from_str(source).map_err(|e| syntax_error(source, path, &e))?;
-        let mut study = Study {
+        let study = Study {
             path: path.to_path_buf(),
-            name: file.name,
-            title: file.title,
+            name: file.name.clone(),
+            title: file.title.clone(),
             protocol: file.protocol.get_ref().clone(),
             datasets: file.dataset.iter().map(|d| d.get_ref().clone()).collect(),
             compressions: file
@@ -251,9 +251,8 @@ impl Study {
             devices: file.devices.clone(),
             rules: file.rule.iter().map(|r| r.get_ref().clone()).collect(),
             onnx_models: file.onnx_model.clone(),
-            source: String::new(),
+            source: source.to_string(),
         };
-        study.source = source.to_string();
         study.check_unique(&file)?;
         study.check_not_empty(&file)?;
         study.check()?;
@@ -782,7 +781,7 @@ algorithms = true
             ),
             (
                 format!("{MINIMAL}[[compression]]\nid = \"dense\"\n"),
-                "compression `dense` is listed twice (first at s.toml:1",
+                "s.toml:23:1: compression `dense` is listed twice (first at s.toml:17:1)",
             ),
             (
                 format!("{MINIMAL}[[compiler]]\nid = \"native\"\ntuned = [false]\nalgorithms = true\n"),
@@ -829,7 +828,7 @@ algorithms = true
             ("[\"dense\"]", "[]", "`formats = []`"),
             ("[\"nchw\"]", "[]", "`layouts = []`"),
             ("[\"i7\"]", "[]", "`devices = []`"),
-            ("[\"resnet18\"]", "[]", "s.toml:16:1: dataset cifar10 has `models = []`"),
+            ("[\"resnet18\"]", "[]", "s.toml:14:1: dataset cifar10 has `models = []`"),
             ("tuned = [false]", "tuned = []", "compiler `native` has `tuned = []`"),
             ("batch = [1]", "batch = []", "`protocol.batch = []`"),
         ] {
@@ -868,7 +867,7 @@ algorithms = true
     fn errors_quote_at_most_a_few_hundred_characters_of_input() {
         let long = "y".repeat(5_000_000);
         let err = parse_err(&MINIMAL.replace("runs = 10", &format!("runs = 10 {long}")));
-        assert!(err.contains("line 11, column 11"), "{}", &err[..300]);
+        assert!(err.contains("line 11, column 8"), "{}", &err[..300]);
         assert!(err.len() < 1_000, "{} bytes", err.len());
         let err = parse_err(&MINIMAL.replace("[\"direct\"]", &format!("[\"{long}\"]")));
         assert!(err.len() < 1_000, "{} bytes", err.len());
