@@ -55,7 +55,10 @@ pub const NEEDS: &[Need] = &[
                 || on_path("chromium-browser")
         },
         tests: &[
-            (CHROMIUM, "every_figure_and_section_of_the_report_page_renders"),
+            (
+                CHROMIUM,
+                "every_figure_and_section_of_the_report_page_renders",
+            ),
             (CHROMIUM, "a_broken_or_missing_figure_is_caught"),
         ],
     },
@@ -155,9 +158,8 @@ pub fn install() -> Result<()> {
 }
 
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 #[cfg(test)]
@@ -185,7 +187,10 @@ mod tests {
             .filter(|n| n.package.starts_with("openssh"))
             .collect();
         let tests = skipped_tests(&ssh);
-        assert_eq!(tests, [(CLUSTER, "ssh_boards_run_resume_and_merge_a_study")]);
+        assert_eq!(
+            tests,
+            [(CLUSTER, "ssh_boards_run_resume_and_merge_a_study")]
+        );
         assert_eq!(
             exclusion_filter(&tests).unwrap(),
             "not ((binary_id(=dlas-cli::cluster) & test(=ssh_boards_run_resume_and_merge_a_study)))"
@@ -201,7 +206,10 @@ mod tests {
         for need in NEEDS {
             for (binary, test) in need.tests {
                 let (krate, file) = binary.split_once("::").unwrap();
-                let path = root.join("crates").join(krate).join(format!("tests/{file}.rs"));
+                let path = root
+                    .join("crates")
+                    .join(krate)
+                    .join(format!("tests/{file}.rs"));
                 let source = std::fs::read_to_string(&path).unwrap();
                 assert!(
                     source.contains(&format!("fn {test}()")),

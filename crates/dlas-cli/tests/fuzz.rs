@@ -26,7 +26,10 @@ const ROUND: u32 = 5_000;
 /// panic in `check` fails the test with the smallest input proptest finds.
 fn fuzz<S: Strategy>(target: &str, strategy: S, check: impl Fn(S::Value)) {
     let budget = std::env::var("DLAS_FUZZ_SECONDS").ok().map(|s| {
-        Duration::from_secs(s.parse().expect("DLAS_FUZZ_SECONDS is a whole number of seconds"))
+        Duration::from_secs(
+            s.parse()
+                .expect("DLAS_FUZZ_SECONDS is a whole number of seconds"),
+        )
     });
     let cases = if budget.is_some() { ROUND } else { CASES };
     let started = Instant::now();
@@ -34,7 +37,8 @@ fn fuzz<S: Strategy>(target: &str, strategy: S, check: impl Fn(S::Value)) {
     for round in 0u64.. {
         let mut seed = [0u8; 32];
         seed[..8].copy_from_slice(&round.to_le_bytes());
-        seed[8..8 + target.len().min(24)].copy_from_slice(&target.as_bytes()[..target.len().min(24)]);
+        seed[8..8 + target.len().min(24)]
+            .copy_from_slice(&target.as_bytes()[..target.len().min(24)]);
         let config = Config {
             cases,
             failure_persistence: None,
@@ -62,10 +66,50 @@ fn fuzz<S: Strategy>(target: &str, strategy: S, check: impl Fn(S::Value)) {
 /// Bytes that mean something to TOML, JSON, CSV or protobuf readers, and
 /// numbers at the edges of what they hold.
 const TOKENS: &[&str] = &[
-    "\"", ",", "[", "]", "{", "}", "=", ":", "\n", "\r\n", ".", "-", "#", "0", "1", "-1", "2",
-    "1e400", "-1e400", "nan", "NaN", "inf", "-inf", "null", "true", "false", "\"\"", "[]", "{}",
-    "18446744073709551616", "9223372036854775807", "4294967296", "1000000000000", "0.0", "1.5",
-    "é", "\u{0}", "\u{feff}", "\\", "\\u0000", "[[", "]]", "'", "\t",
+    "\"",
+    ",",
+    "[",
+    "]",
+    "{",
+    "}",
+    "=",
+    ":",
+    "\n",
+    "\r\n",
+    ".",
+    "-",
+    "#",
+    "0",
+    "1",
+    "-1",
+    "2",
+    "1e400",
+    "-1e400",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "null",
+    "true",
+    "false",
+    "\"\"",
+    "[]",
+    "{}",
+    "18446744073709551616",
+    "9223372036854775807",
+    "4294967296",
+    "1000000000000",
+    "0.0",
+    "1.5",
+    "é",
+    "\u{0}",
+    "\u{feff}",
+    "\\",
+    "\\u0000",
+    "[[",
+    "]]",
+    "'",
+    "\t",
 ];
 
 /// One edit of a valid input.
@@ -218,7 +262,10 @@ fn fuzz_best_of() {
     let entries: Vec<&str> = text.lines().skip(2).take(4).collect();
     let seed = format!(
         "{{\"version\": 1,\n\"entries\": [\n{}\n]}}\n",
-        entries.join("\n").trim_end_matches(",\n").trim_end_matches(",")
+        entries
+            .join("\n")
+            .trim_end_matches(",\n")
+            .trim_end_matches(",")
     );
     file_reader("best_of", vec![seed.into_bytes()], |path| {
         if let Ok(best) = dlas_tune::records::BestOf::load(path) {
@@ -315,7 +362,8 @@ fn model_edit() -> impl Strategy<Value = ModelEdit> {
     let i = || any::<Index>();
     prop_oneof![
         (i(), i(), interesting()).prop_map(|(n, a, v)| ModelEdit::AttributeInt(n, a, v)),
-        (i(), i(), i(), interesting()).prop_map(|(n, a, k, v)| ModelEdit::AttributeInts(n, a, k, v)),
+        (i(), i(), i(), interesting())
+            .prop_map(|(n, a, k, v)| ModelEdit::AttributeInts(n, a, k, v)),
         (i(), i(), any::<f32>()).prop_map(|(n, a, v)| ModelEdit::AttributeFloat(n, a, v)),
         (i(), i(), interesting()).prop_map(|(t, d, v)| ModelEdit::Dim(t, d, v)),
         (i(), 0..64usize).prop_map(|(t, n)| ModelEdit::RawData(t, n)),

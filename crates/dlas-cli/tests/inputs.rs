@@ -89,11 +89,18 @@ fn a_huge_bad_line_makes_a_short_error() {
         t.replace("runs = 150", &format!("runs = 150 {long}"))
     });
     let err = fails(&["plan", "--study", study.to_str().unwrap()]);
-    assert!(err.contains("TOML parse error at line 22"), "{}", &err[..200]);
+    assert!(
+        err.contains("TOML parse error at line 22"),
+        "{}",
+        &err[..200]
+    );
     assert!(err.len() < 2_000, "{} bytes of error", err.len());
     // An unknown value of any length is quoted cut, too.
     let study = study_with(dir.path(), |t| {
-        t.replace("\"i7\", \"hikey970-cpu\"", &format!("\"i7{long}\", \"hikey970-cpu\""))
+        t.replace(
+            "\"i7\", \"hikey970-cpu\"",
+            &format!("\"i7{long}\", \"hikey970-cpu\""),
+        )
     });
     let err = fails(&["plan", "--study", study.to_str().unwrap()]);
     assert!(err.contains("unknown device `i7xxx"), "{}", &err[..200]);
@@ -121,7 +128,10 @@ fn a_user_model_named_like_a_zoo_network_is_refused() {
 fn a_duplicate_model_is_refused_naming_both_places() {
     let dir = tempfile::tempdir().unwrap();
     let study = study_with(dir.path(), |t| {
-        t.replace("\"resnet18\", \"mobilenetv1\"", "\"resnet18\", \"resnet18\"")
+        t.replace(
+            "\"resnet18\", \"mobilenetv1\"",
+            "\"resnet18\", \"resnet18\"",
+        )
     });
     let err = fails(&["plan", "--study", study.to_str().unwrap()]);
     assert!(

@@ -231,8 +231,7 @@ impl Study {
 
     /// Parses study text; `path` is used in error messages only.
     pub fn parse(source: &str, path: &Path) -> Result<Study> {
-        let file: StudyFile =
-            toml::from_str(source).map_err(|e| syntax_error(source, path, &e))?;
+        let file: StudyFile = toml::from_str(source).map_err(|e| syntax_error(source, path, &e))?;
         let study = Study {
             path: path.to_path_buf(),
             name: file.name.clone(),
@@ -270,7 +269,8 @@ impl Study {
     fn check(&self) -> Result<()> {
         let p = &self.protocol;
         let at = self.path.display();
-        check_timeout("protocol.timeout_s", p.timeout_s).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        check_timeout("protocol.timeout_s", p.timeout_s)
+            .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
         check_bound("protocol.runs", p.runs, &RUNS).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
         check_bound("protocol.warmup", p.warmup, &WARMUP)
             .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
@@ -512,7 +512,9 @@ impl Study {
         let at = self.path.display();
         let list = |all: Vec<String>| all.join(", ");
         if file.dataset.is_empty() && file.onnx_model.is_empty() {
-            bail!("{at}: the study has no models; add a [[dataset]] with `id` and `models` (or an [[onnx_model]])");
+            bail!(
+                "{at}: the study has no models; add a [[dataset]] with `id` and `models` (or an [[onnx_model]])"
+            );
         }
         for d in &file.dataset {
             if d.get_ref().models.is_empty() {
@@ -549,7 +551,11 @@ impl Study {
         }
         if let Some(c) = file.compiler.iter().find(|c| c.algorithms) {
             let axes = [
-                ("algorithms", file.algorithms.is_empty(), names(Algorithm::ALL)),
+                (
+                    "algorithms",
+                    file.algorithms.is_empty(),
+                    names(Algorithm::ALL),
+                ),
                 ("formats", file.formats.is_empty(), names(Format::ALL)),
                 ("layouts", file.layouts.is_empty(), names(Layout::ALL)),
             ];
@@ -626,9 +632,14 @@ fn names<T: std::fmt::Display>(all: &[T]) -> Vec<String> {
 /// own rendering repeats the whole offending line and underlines it.
 fn syntax_error(source: &str, path: &Path, error: &toml::de::Error) -> anyhow::Error {
     let start = error.span().map_or(0, |s| s.start).min(source.len());
-    let start = (0..=start).rev().find(|&i| source.is_char_boundary(i)).unwrap_or(0);
+    let start = (0..=start)
+        .rev()
+        .find(|&i| source.is_char_boundary(i))
+        .unwrap_or(0);
     let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = source[start..].find('\n').map_or(source.len(), |i| start + i);
+    let line_end = source[start..]
+        .find('\n')
+        .map_or(source.len(), |i| start + i);
     let line = source[..start].matches('\n').count() + 1;
     let column = source[line_start..start].chars().count() + 1;
     let message = error.message().trim_end().replace('\n', " ");
@@ -784,7 +795,9 @@ algorithms = true
                 "s.toml:23:1: compression `dense` is listed twice (first at s.toml:17:1)",
             ),
             (
-                format!("{MINIMAL}[[compiler]]\nid = \"native\"\ntuned = [false]\nalgorithms = true\n"),
+                format!(
+                    "{MINIMAL}[[compiler]]\nid = \"native\"\ntuned = [false]\nalgorithms = true\n"
+                ),
                 "s.toml:24:6: compiler `native` is listed twice (first at s.toml:20:6)",
             ),
             (
@@ -824,12 +837,24 @@ algorithms = true
     #[test]
     fn an_empty_axis_is_refused_naming_the_field() {
         for (from, to, expected) in [
-            ("[\"direct\"]", "[]", "`algorithms = []`, so compiler `native`"),
+            (
+                "[\"direct\"]",
+                "[]",
+                "`algorithms = []`, so compiler `native`",
+            ),
             ("[\"dense\"]", "[]", "`formats = []`"),
             ("[\"nchw\"]", "[]", "`layouts = []`"),
             ("[\"i7\"]", "[]", "`devices = []`"),
-            ("[\"resnet18\"]", "[]", "s.toml:14:1: dataset cifar10 has `models = []`"),
-            ("tuned = [false]", "tuned = []", "compiler `native` has `tuned = []`"),
+            (
+                "[\"resnet18\"]",
+                "[]",
+                "s.toml:14:1: dataset cifar10 has `models = []`",
+            ),
+            (
+                "tuned = [false]",
+                "tuned = []",
+                "compiler `native` has `tuned = []`",
+            ),
             ("batch = [1]", "batch = []", "`protocol.batch = []`"),
         ] {
             let err = parse_err(&MINIMAL.replacen(from, to, 1));
@@ -845,15 +870,51 @@ algorithms = true
     #[test]
     fn protocol_numbers_are_bounded_naming_the_field_and_range() {
         for (from, to, expected) in [
-            ("runs = 10", "runs = 1000000000000", "s.toml: protocol.runs is 1000000000000; valid: 1..=1000000"),
-            ("runs = 10", "runs = 0", "protocol.runs is 0; valid: 1..=1000000"),
-            ("warmup = 1", "warmup = 2000000", "protocol.warmup is 2000000; valid: 0..=1000000"),
-            ("threads = 1", "threads = 100000", "protocol.threads is 100000; valid: 0..=1024"),
-            ("batch = [1]", "batch = [100000]", "a protocol.batch size is 100000; valid: 1..=4096"),
-            ("seed = 1", "seed = 1\ntimeout_s = inf", "protocol.timeout_s is inf; valid: seconds above 0"),
-            ("seed = 1", "seed = 1\ntimeout_s = nan", "protocol.timeout_s is NaN"),
-            ("seed = 1", "seed = 1\ntimeout_s = 0.0", "protocol.timeout_s is 0"),
-            ("seed = 1", "seed = 1\ntimeout_s = 86401", "at most 86400 (one day)"),
+            (
+                "runs = 10",
+                "runs = 1000000000000",
+                "s.toml: protocol.runs is 1000000000000; valid: 1..=1000000",
+            ),
+            (
+                "runs = 10",
+                "runs = 0",
+                "protocol.runs is 0; valid: 1..=1000000",
+            ),
+            (
+                "warmup = 1",
+                "warmup = 2000000",
+                "protocol.warmup is 2000000; valid: 0..=1000000",
+            ),
+            (
+                "threads = 1",
+                "threads = 100000",
+                "protocol.threads is 100000; valid: 0..=1024",
+            ),
+            (
+                "batch = [1]",
+                "batch = [100000]",
+                "a protocol.batch size is 100000; valid: 1..=4096",
+            ),
+            (
+                "seed = 1",
+                "seed = 1\ntimeout_s = inf",
+                "protocol.timeout_s is inf; valid: seconds above 0",
+            ),
+            (
+                "seed = 1",
+                "seed = 1\ntimeout_s = nan",
+                "protocol.timeout_s is NaN",
+            ),
+            (
+                "seed = 1",
+                "seed = 1\ntimeout_s = 0.0",
+                "protocol.timeout_s is 0",
+            ),
+            (
+                "seed = 1",
+                "seed = 1\ntimeout_s = 86401",
+                "at most 86400 (one day)",
+            ),
         ] {
             let err = parse_err(&MINIMAL.replace(from, to));
             assert!(err.contains(expected), "{expected}\n{err}");
@@ -871,14 +932,23 @@ algorithms = true
         assert!(err.len() < 1_000, "{} bytes", err.len());
         let err = parse_err(&MINIMAL.replace("[\"direct\"]", &format!("[\"{long}\"]")));
         assert!(err.len() < 1_000, "{} bytes", err.len());
-        let s = Study::parse(&MINIMAL.replace("\"i7\"", &format!("\"{long}\"")), Path::new("s.toml"))
-            .unwrap();
-        let err = s.check_open_axis("device", &["i7".into()]).unwrap_err().to_string();
+        let s = Study::parse(
+            &MINIMAL.replace("\"i7\"", &format!("\"{long}\"")),
+            Path::new("s.toml"),
+        )
+        .unwrap();
+        let err = s
+            .check_open_axis("device", &["i7".into()])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown device `yyy"), "{}", &err[..100]);
         assert!(err.len() < 1_000, "{} bytes", err.len());
         let err = s.check_value("model", &long).unwrap_err().to_string();
         assert!(err.len() < 1_000, "{} bytes", err.len());
         assert_eq!(quote("ab"), "`ab`");
-        assert_eq!(cut(&"é".repeat(300)).chars().count(), QUOTE_CHARS + " (600 bytes in all)".len() + 1);
+        assert_eq!(
+            cut(&"é".repeat(300)).chars().count(),
+            QUOTE_CHARS + " (600 bytes in all)".len() + 1
+        );
     }
 }

@@ -103,7 +103,12 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
                     bail!("{}: dilated convolutions are not supported", at());
                 }
                 let [c, h, wd] = builder.shape(x);
-                let out = size(&at, "output channels", dims.first().copied().unwrap_or(0), 1)?;
+                let out = size(
+                    &at,
+                    "output channels",
+                    dims.first().copied().unwrap_or(0),
+                    1,
+                )?;
                 let k = size(&at, "kernel", dims.get(2).copied().unwrap_or(1), 1)?;
                 let stride = square("strides", 1, 1)?;
                 let pads = square("pads", 0, 0)?;
@@ -133,8 +138,12 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
                     tensor(&at, what, &dims, &v, &[c])?;
                     Ok(v)
                 };
-                let (gamma, beta, mean, var) =
-                    (stat(1, "scale")?, stat(2, "bias")?, stat(3, "mean")?, stat(4, "var")?);
+                let (gamma, beta, mean, var) = (
+                    stat(1, "scale")?,
+                    stat(2, "bias")?,
+                    stat(3, "mean")?,
+                    stat(4, "var")?,
+                );
                 let id = builder.batch_norm(x);
                 params.push((
                     id,
@@ -241,7 +250,12 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
                     );
                 }
                 let (dims, weight_values) = weight(1)?;
-                let out = size(&at, "output features", dims.first().copied().unwrap_or(0), 1)?;
+                let out = size(
+                    &at,
+                    "output features",
+                    dims.first().copied().unwrap_or(0),
+                    1,
+                )?;
                 tensor(&at, "weight", &dims, &weight_values, &[out, features])?;
                 let (bias_dims, bias) = weight(2)?;
                 tensor(&at, "bias", &bias_dims, &bias, &[out])?;
