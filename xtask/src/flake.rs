@@ -20,7 +20,10 @@ pub fn check(root: &Path) -> Result<()> {
             "flake.nix does not parse:\n{}",
             String::from_utf8_lossy(&out.stderr)
         ),
-        Err(_) if std::env::var_os("CI").is_some() => {
+        Err(_)
+            if std::env::var_os("CI").is_some()
+                || std::env::var_os(crate::system::REQUIRE).is_some() =>
+        {
             bail!("nix-instantiate is missing; .ci/run installs it with `apt-get install nix-bin`")
         }
         Err(_) => eprintln!(

@@ -7,6 +7,7 @@ mod flake;
 mod lock;
 mod setup;
 mod tidy;
+mod system;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -49,7 +50,23 @@ enum Task {
         args: Vec<String>,
     },
     /// Fetch the pinned ONNX Runtime wheel from PyPI, check its sha256, extract the library.
-    Setup,
+    Setup {
+        /// First install the Debian packages the tests need (slurm-wlm, openssh-server,
+        /// openssh-client, chromium, python3-pip, nix-bin) with apt-get; needs root.
+        #[arg(long)]
+        system: bool,
+    },
+    /// Feed the readers of user input (study, results, samples, tuning records, best-of,
+    /// environment records, ONNX files) generated and mutated inputs for a time budget
+    /// per target; each must return Ok or Err, never panic. Prints the inputs per target.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// One target (a test `fuzz_<NAME>` in crates/dlas-cli/tests/fuzz.rs); all by default.
+        #[arg(long)]
+        target: Option<String>,
+    },
     /// Check what can be checked of the Nix flake offline.
     Flake,
     /// Check the crate ladder against docs/ARCHITECTURE.md, file headers and lengths,
@@ -65,7 +82,13 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Task::Reproduce { args } => dlas(&root, "reproduce", &args),
         Task::Verify { update } => lock::verify(&root, update),
-        Task::Setup => setup::run(&root),
+        Task::Setup { system } => {
+            if system {
+                system::install()?;
+            }
+            setup::run(&root)
+        }
+        Task::Fuzz { seconds, target } => fuzz(&root, seconds, target.as_deref()),
         Task::Crosscheck { args } => {
             setup::run(&root)?;
             dlas(&root, "crosscheck", &args)
@@ -171,8 +194,47 @@ fn step(name: &str) {
     eprintln!("\n==> {name}");
 }
 
+/// `cargo xtask fuzz`: the fuzz tests of `crates/dlas-cli/tests/fuzz.rs`
+/// with a time budget instead of their fixed number of inputs.
+fn fuzz(root: &Path, seconds: u64, target: Option<&str>) -> Result<()> {
+    let filter = target.map_or_else(|| "all()".to_string(), |t| format!("test(=fuzz_{t})"));
+    run(cargo(root)
+        .args([
+            "nextest",
+            "run",
+            "--release",
+            "-p",
+            "dlas-cli",
+            "--test",
+            "fuzz",
+            "--no-capture",
+            "--no-tests=fail",
+            "-E",
+            &filter,
+        ])
+        .env("DLAS_FUZZ_SECONDS", seconds.to_string()))
+}
+
 fn test(root: &Path) -> Result<()> {
     let started = std::time::Instant::now();
+    step("system packages");
+    let missing = system::missing();
+    let skipped = system::skipped_tests(&missing);
+    if missing.is_empty() {
+        eprintln!("all present");
+    } else {
+        let line = system::missing_line(&missing);
+        if std::env::var_os(system::REQUIRE).is_some() {
+            bail!(
+                "{line}; {} is set, so no test may be skipped",
+                system::REQUIRE
+            );
+        }
+        eprintln!("{line}");
+        for (binary, test) in &skipped {
+            eprintln!("  skipping {binary}::{test}");
+        }
+    }
     step("setup (ONNX Runtime)");
     setup::run(root)?;
     step("cargo fmt --check");
@@ -188,7 +250,8 @@ fn test(root: &Path) -> Result<()> {
         "warnings",
     ]))?;
     step("cargo nextest (snapshots in check mode)");
-    run(cargo(root)
+    let mut nextest = cargo(root);
+    nextest
         .args([
             "nextest",
             "run",
@@ -197,7 +260,11 @@ fn test(root: &Path) -> Result<()> {
             "--no-fail-fast",
         ])
         .env("INSTA_UPDATE", "no")
-        .env("CI", "true"))?;
+        .env("CI", "true");
+    if let Some(filter) = system::exclusion_filter(&skipped) {
+        nextest.args(["-E", &filter]);
+    }
+    run(&mut nextest)?;
     step("reproduce --all --check");
     dlas(root, "reproduce", &["--all".into(), "--check".into()])?;
     step("reproduce --study compilers --all --check");
@@ -221,5 +288,12 @@ fn test(root: &Path) -> Result<()> {
         "\nall checks passed in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    if !skipped.is_empty() {
+        eprintln!(
+            "{} tests were skipped (counted as skipped above, not passed): {}",
+            skipped.len(),
+            system::missing_line(&missing)
+        );
+    }
     Ok(())
 }

@@ -57,7 +57,13 @@ enum Command {
     Accuracy(cmd::accuracy::Args),
 }
 
+/// The most bytes of an error message `dlas` prints: an error quotes user
+/// input (cut to a few hundred characters where it is quoted) and lists
+/// valid values, and no user input may make it longer than this.
+const MAX_ERROR_BYTES: usize = 4096;
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result =
         project::Project::locate(cli.root.as_deref()).and_then(|project| match cli.command {
@@ -78,9 +84,71 @@ fn main() -> ExitCode {
         });
     match result {
         Ok(code) => code,
+        Err(error) if is_broken_pipe(&error) && stdout_closed() => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", capped(&format!("{error:#}")));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `text` cut to [`MAX_ERROR_BYTES`] at a character boundary, saying how much was left out.
+fn capped(text: &str) -> String {
+    if text.len() <= MAX_ERROR_BYTES {
+        return text.to_string();
+    }
+    let end = (0..=MAX_ERROR_BYTES)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!(
+        "{}… ({} more bytes left out)",
+        &text[..end],
+        text.len() - end
+    )
+}
+
+/// A reader that closes `dlas`'s output early (`dlas plan | head`) ends the
+/// command quietly and successfully, as it ends coreutils' commands: Rust
+/// ignores SIGPIPE, so without this `println!` panics and `writeln!`
+/// returns an error. Restoring SIGPIPE instead would also kill `dlas` when a
+/// child process (ssh, Slurm) closes a pipe, which must stay an error.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let printing = info
+            .payload_as_str()
+            .is_some_and(|m| m.starts_with("failed printing to stdout"));
+        if printing && stdout_closed() {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+/// Whether the error comes from a write to a closed pipe.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
+            match cause.downcast_ref::<csv::Error>().map(csv::Error::kind) {
+                Some(csv::ErrorKind::Io(io)) => Some(io),
+                _ => None,
+            }
+        });
+        io.is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Whether standard output is a pipe or socket whose reader has gone
+/// (`poll` reports an error or hang-up on it); a file or terminal never is.
+fn stdout_closed() -> bool {
+    let mut fd = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: `poll` reads and writes exactly the one `pollfd` it is given,
+    // which lives on this stack frame for the whole call; timeout 0 never blocks.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    ready == 1 && fd.revents & (libc::POLLERR | libc::POLLHUP) != 0
 }

@@ -61,6 +61,21 @@ impl Project {
     /// specifications and the compilers of this build.
     pub fn study(&self, name: &str, specs: &[DeviceSpec]) -> Result<Study> {
         let study = Study::load(name, &self.studies_dir())?;
+        for model in &study.onnx_models {
+            // A user's model named like a zoo network would share its
+            // combination ids, so results of the two could not be told apart.
+            let id = model.id.get_ref();
+            if dlas_core::Dataset::ALL
+                .iter()
+                .any(|&d| dlas_zoo::find(d, id).is_ok())
+            {
+                bail!(
+                    "{}: onnx_model {} has the name of a zoo network (`dlas zoo list`); give it another id",
+                    study.locate(model.id.span().start),
+                    dlas_core::study::quote(id)
+                );
+            }
+        }
         for (dataset, model) in study.models() {
             if study.onnx_model(&model).is_some() {
                 continue;

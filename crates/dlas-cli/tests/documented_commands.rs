@@ -54,6 +54,10 @@ const MAPPINGS: &[(&str, Exercised)] = &[
         ),
     ),
     ("cargo xtask verify", Xtask("verify")),
+    (
+        "cargo xtask fuzz",
+        LongRunning("crates/dlas-cli/tests/fuzz.rs", "fuzz_study"),
+    ),
     ("cargo xtask flake", Xtask("flake")),
     (
         "cargo xtask crosscheck",

@@ -123,6 +123,13 @@ impl std::str::FromStr for Shard {
     }
 }
 
+/// Why a user's ONNX model is planned dense only: dlas compresses the zoo's
+/// networks (their graph and weights are its own), while a user's file is
+/// timed as given, so a compressed row for it would be a dense measurement
+/// under another label.
+pub const ONNX_AS_GIVEN: &str =
+    "a user's ONNX model is measured as given (dense); dlas compresses zoo networks only";
+
 /// The expanded plan and the bookkeeping of what the rules removed.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -145,7 +152,12 @@ impl Plan {
         let mut combinations = Vec::new();
         let mut total = 0;
         let mut above_max_batch = 0;
+        let mut onnx_compressed = 0;
         for (dataset, model) in study.models() {
+            let user_model = study
+                .onnx_models
+                .iter()
+                .any(|m| m.dataset == dataset && m.id.get_ref() == &model);
             for compression in &study.compressions {
                 for compiler in &study.compilers {
                     let kernels: Vec<(Algorithm, Format, Layout)> = if compiler.algorithms {
@@ -179,6 +191,10 @@ impl Plan {
                                         batch,
                                     };
                                     total += 1;
+                                    if user_model && compression.id != Compression::Dense {
+                                        onnx_compressed += 1;
+                                        continue;
+                                    }
                                     if !study.protocol.batch_fits(device.get_ref(), batch) {
                                         above_max_batch += 1;
                                         continue;
@@ -205,6 +221,13 @@ impl Plan {
                 "max-batch".into(),
                 "batch sizes above the device's protocol.max_batch".into(),
                 above_max_batch,
+            ));
+        }
+        if onnx_compressed > 0 {
+            excluded.push((
+                "onnx-model-as-given".into(),
+                ONNX_AS_GIVEN.into(),
+                onnx_compressed,
             ));
         }
         Plan {
@@ -360,5 +383,41 @@ mod tests {
         assert_eq!(format_level(0.1 + 0.7), "0.8");
         assert_eq!(format_level(0.0), "0");
         assert_eq!(format_level(0.95), "0.95");
+    }
+
+    #[test]
+    fn a_user_model_is_planned_dense_only() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/studies/dlas.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = format!(
+            "{text}\n[[onnx_model]]\nid = \"mine\"\ndataset = \"cifar10\"\npath = \"m.onnx\"\nsha256 = \"{}\"\n",
+            "0".repeat(64)
+        );
+        let study = Study::parse(&text, Path::new("s.toml")).unwrap();
+        let plan = Plan::expand(&study);
+        let mine: Vec<&Combination> = plan
+            .combinations
+            .iter()
+            .filter(|c| c.model == "mine")
+            .collect();
+        assert!(!mine.is_empty());
+        assert!(
+            mine.iter().all(|c| c.compression == Compression::Dense),
+            "{:?}",
+            mine.iter().find(|c| c.compression != Compression::Dense)
+        );
+        let (_, reason, n) = plan
+            .excluded
+            .iter()
+            .find(|(name, _, _)| name == "onnx-model-as-given")
+            .expect("the plan counts what it left out");
+        assert_eq!(reason, ONNX_AS_GIVEN);
+        assert!(*n > 0);
+        let zoo = Plan::expand(&dlas_study());
+        assert_eq!(
+            plan.total_before_rules,
+            zoo.total_before_rules + zoo.total_before_rules / 8,
+            "one more network, counted before any rule"
+        );
     }
 }

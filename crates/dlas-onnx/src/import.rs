@@ -79,48 +79,79 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
                 .map(|a| a.ints.clone())
         };
         let int = |attr: &str| node.attribute.iter().find(|a| a.name == attr).map(|a| a.i);
-        let square = |attr: &str, default: i64| -> Result<usize> {
-            match ints(attr) {
-                None => Ok(default as usize),
-                Some(v) if v.windows(2).all(|w| w[0] == w[1]) && !v.is_empty() => Ok(v[0] as usize),
+        let square = |attr: &str, default: i64, min: usize| -> Result<usize> {
+            let v = match ints(attr) {
+                None => default,
+                Some(v) if v.windows(2).all(|w| w[0] == w[1]) && !v.is_empty() => v[0],
                 Some(v) => bail!("{}: non-uniform `{attr}` {v:?} is not supported", at()),
-            }
+            };
+            size(&at, attr, v, min)
         };
+        // Every shape is checked here, before the graph builder sees it:
+        // the builder asserts what the zoo's own networks always satisfy,
+        // and a user's file need not.
         let id = match node.op_type.as_str() {
             "Conv" => {
                 let x = value(0)?;
                 let (dims, w) = weight(1)?;
                 let bias = if node.input.len() > 2 {
-                    Some(weight(2)?.1)
+                    Some(weight(2)?)
                 } else {
                     None
                 };
-                if square("dilations", 1)? != 1 {
+                if square("dilations", 1, 1)? != 1 {
                     bail!("{}: dilated convolutions are not supported", at());
                 }
-                let k = dims.get(2).copied().unwrap_or(1) as usize;
-                let id = builder.conv(
-                    x,
-                    dims[0] as usize,
-                    k,
-                    square("strides", 1)?,
-                    square("pads", 0)?,
-                    int("group").unwrap_or(1) as usize,
-                    bias.is_some(),
-                );
+                let [c, h, wd] = builder.shape(x);
+                let out = size(
+                    &at,
+                    "output channels",
+                    dims.first().copied().unwrap_or(0),
+                    1,
+                )?;
+                let k = size(&at, "kernel", dims.get(2).copied().unwrap_or(1), 1)?;
+                let stride = square("strides", 1, 1)?;
+                let pads = square("pads", 0, 0)?;
+                let groups = size(&at, "group", int("group").unwrap_or(1), 1)?;
+                if !c.is_multiple_of(groups) || !out.is_multiple_of(groups) {
+                    bail!(
+                        "{}: group {groups} must divide the input channels {c} and the output channels {out}",
+                        at()
+                    );
+                }
+                window(&at, [h, wd], k, pads)?;
+                let shape = [out, c / groups, k, k];
+                tensor(&at, "weight", &dims, &w, &shape)?;
+                if let Some((bias_dims, b)) = &bias {
+                    tensor(&at, "bias", bias_dims, b, &[out])?;
+                }
+                let bias = bias.map(|(_, b)| b);
+                let id = builder.conv(x, out, k, stride, pads, groups, bias.is_some());
                 params.push((id, Params::Conv { weight: w, bias }));
                 id
             }
             "BatchNormalization" => {
                 let x = value(0)?;
+                let c = builder.channels(x);
+                let stat = |i: usize, what: &str| -> Result<Vec<f32>> {
+                    let (dims, v) = weight(i)?;
+                    tensor(&at, what, &dims, &v, &[c])?;
+                    Ok(v)
+                };
+                let (gamma, beta, mean, var) = (
+                    stat(1, "scale")?,
+                    stat(2, "bias")?,
+                    stat(3, "mean")?,
+                    stat(4, "var")?,
+                );
                 let id = builder.batch_norm(x);
                 params.push((
                     id,
                     Params::BatchNorm {
-                        gamma: weight(1)?.1,
-                        beta: weight(2)?.1,
-                        mean: weight(3)?.1,
-                        var: weight(4)?.1,
+                        gamma,
+                        beta,
+                        mean,
+                        var,
                     },
                 ));
                 id
@@ -137,19 +168,49 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
                 }
                 builder.unary(Op::Relu6, value(0)?)
             }
-            "Add" => builder.add(value(0)?, value(1)?),
-            "Mul" => builder.mul(value(0)?, value(1)?),
-            "MaxPool" => builder.max_pool(
-                value(0)?,
-                square("kernel_shape", 1)?,
-                square("strides", 1)?,
-                square("pads", 0)?,
-            ),
+            "Add" => {
+                let (a, b) = (value(0)?, value(1)?);
+                if builder.shape(a) != builder.shape(b) {
+                    bail!(
+                        "{}: Add of shapes {:?} and {:?}; only equal shapes are supported",
+                        at(),
+                        builder.shape(a),
+                        builder.shape(b)
+                    );
+                }
+                builder.add(a, b)
+            }
+            "Mul" => {
+                let (a, b) = (value(0)?, value(1)?);
+                let (sa, sb) = (builder.shape(a), builder.shape(b));
+                if sa != sb && sb != [sa[0], 1, 1] {
+                    bail!(
+                        "{}: Mul of shapes {sa:?} and {sb:?}; only equal or per-channel shapes are supported",
+                        at()
+                    );
+                }
+                builder.mul(a, b)
+            }
+            "MaxPool" => {
+                let x = value(0)?;
+                let [_, h, w] = builder.shape(x);
+                let (k, stride, pads) = (
+                    square("kernel_shape", 1, 1)?,
+                    square("strides", 1, 1)?,
+                    square("pads", 0, 0)?,
+                );
+                window(&at, [h, w], k, pads)?;
+                builder.max_pool(x, k, stride, pads)
+            }
             "AveragePool" => {
-                if square("pads", 0)? != 0 {
+                if square("pads", 0, 0)? != 0 {
                     bail!("{}: padded average pooling is not supported", at());
                 }
-                builder.avg_pool(value(0)?, square("kernel_shape", 1)?, square("strides", 1)?)
+                let x = value(0)?;
+                let [_, h, w] = builder.shape(x);
+                let (k, stride) = (square("kernel_shape", 1, 1)?, square("strides", 1, 1)?);
+                window(&at, [h, w], k, 0)?;
+                builder.avg_pool(x, k, stride)
             }
             "GlobalAveragePool" => builder.global_avg_pool(value(0)?),
             "Concat" => {
@@ -159,6 +220,17 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
                 let xs = (0..node.input.len())
                     .map(value)
                     .collect::<Result<Vec<_>>>()?;
+                let Some(&first) = xs.first() else {
+                    bail!("{}: Concat of nothing", at());
+                };
+                let spatial = |x: NodeId| builder.shape(x)[1..].to_vec();
+                if xs.iter().any(|&x| spatial(x) != spatial(first)) {
+                    bail!(
+                        "{}: Concat of different spatial sizes {:?}",
+                        at(),
+                        xs.iter().map(|&x| builder.shape(x)).collect::<Vec<_>>()
+                    );
+                }
                 builder.concat(&xs)
             }
             "Flatten" => builder.flatten(value(0)?),
@@ -169,13 +241,30 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
                         at()
                     );
                 }
-                let (dims, w) = weight(1)?;
-                let id = builder.linear(value(0)?, dims[0] as usize);
+                let x = value(0)?;
+                let [features, h, w] = builder.shape(x);
+                if (h, w) != (1, 1) {
+                    bail!(
+                        "{}: Gemm of a [{features}, {h}, {w}] input; flatten it first",
+                        at()
+                    );
+                }
+                let (dims, weight_values) = weight(1)?;
+                let out = size(
+                    &at,
+                    "output features",
+                    dims.first().copied().unwrap_or(0),
+                    1,
+                )?;
+                tensor(&at, "weight", &dims, &weight_values, &[out, features])?;
+                let (bias_dims, bias) = weight(2)?;
+                tensor(&at, "bias", &bias_dims, &bias, &[out])?;
+                let id = builder.linear(x, out);
                 params.push((
                     id,
                     Params::Linear {
-                        weight: w,
-                        bias: weight(2)?.1,
+                        weight: weight_values,
+                        bias,
                     },
                 ));
                 id
@@ -196,6 +285,55 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
         by_node[id] = Some(p);
     }
     Ok((graph, Weights { seed: 0, by_node }))
+}
+
+/// The largest size (channels, kernel, stride, padding) an imported model
+/// may have: far above any network's, far below what would overflow a shape.
+const MAX_SIZE: usize = 1 << 20;
+
+/// An attribute or dimension `v` as a size of at least `min`.
+fn size(at: &dyn Fn() -> String, what: &str, v: i64, min: usize) -> Result<usize> {
+    match usize::try_from(v) {
+        Ok(n) if (min..=MAX_SIZE).contains(&n) => Ok(n),
+        _ => bail!("{}: {what} is {v}; valid: {min}..={MAX_SIZE}", at()),
+    }
+}
+
+/// Checks that a `kernel` window with `pads` fits the input's height and width.
+fn window(at: &dyn Fn() -> String, hw: [usize; 2], kernel: usize, pads: usize) -> Result<()> {
+    if hw.iter().any(|&s| s + 2 * pads < kernel) {
+        bail!(
+            "{}: kernel {kernel} with padding {pads} is larger than the {}x{} input",
+            at(),
+            hw[0],
+            hw[1]
+        );
+    }
+    Ok(())
+}
+
+/// Checks a constant's shape and its number of values against the node's.
+fn tensor(
+    at: &dyn Fn() -> String,
+    what: &str,
+    dims: &[i64],
+    values: &[f32],
+    shape: &[usize],
+) -> Result<()> {
+    let matches = dims.len() == shape.len()
+        && dims
+            .iter()
+            .zip(shape)
+            .all(|(&d, &s)| usize::try_from(d) == Ok(s));
+    let count = shape.iter().try_fold(1usize, |n, &s| n.checked_mul(s));
+    if !matches || count != Some(values.len()) {
+        bail!(
+            "{}: {what} has shape {dims:?} and {} values; expected shape {shape:?}",
+            at(),
+            values.len()
+        );
+    }
+    Ok(())
 }
 
 fn floats(t: &pb::TensorProto) -> Result<Vec<f32>> {

@@ -22,15 +22,15 @@ pub const BUDGET_US: f64 = 5.0;
 pub enum Command {
     /// Overhead of the timing loop per timed run (identity session on a CIFAR-10 input).
     Harness {
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, value_parser = super::bounds::runs)]
         runs: usize,
     },
     /// The native engine's algorithms against ONNX Runtime and tract on whole
     /// networks (ResNet-18 CIFAR-10, MobileNetV2 ImageNet), batch 1, in one run.
     Engine {
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = super::bounds::runs)]
         runs: usize,
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, value_parser = super::bounds::threads)]
         threads: usize,
     },
     /// Tuned against untuned native engine, per layer and per network, and
@@ -44,9 +44,9 @@ pub enum Command {
         #[arg(long, default_value_t = 50)]
         early_stop: usize,
         /// Timed runs of each whole network.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = super::bounds::runs)]
         runs: usize,
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, value_parser = super::bounds::threads)]
         threads: usize,
         /// Keep the records here (default: a fresh search in a temporary directory).
         #[arg(long)]

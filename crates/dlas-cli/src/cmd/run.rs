@@ -28,19 +28,19 @@ pub struct Args {
     #[arg(long, default_value = "")]
     filter: String,
     /// Timed runs per combination (default: the study's protocol).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bounds::runs)]
     runs: Option<usize>,
     /// Warm-up runs, discarded (default: the study's protocol).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bounds::warmup)]
     warmup: Option<usize>,
     /// Intra-op threads (default: the study's protocol; 0 = one per core).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bounds::threads)]
     threads: Option<usize>,
     /// Batch sizes separated by commas (default: the study's protocol).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = super::bounds::batch)]
     batch: Vec<usize>,
     /// Seconds one combination may take before it is recorded as failed.
-    #[arg(long)]
+    #[arg(long, value_parser = super::bounds::timeout)]
     timeout: Option<f64>,
     /// Re-measure a combination up to N times while its CV exceeds 5%.
     #[arg(long, default_value_t = 0)]
@@ -84,13 +84,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let specs = project.specs()?;
     let mut study = project.study(&args.study, &specs)?;
     if !args.batch.is_empty() {
-        if args.batch.contains(&0) {
-            bail!("--batch sizes must be at least 1");
-        }
         study.protocol.batch = args.batch.clone();
-    }
-    if args.runs == Some(0) {
-        bail!("--runs must be at least 1");
     }
     let mut filter_text = args.filter.clone();
     if let Some(compilers) = &args.compiler {

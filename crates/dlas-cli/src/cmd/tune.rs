@@ -30,7 +30,7 @@ pub struct Args {
     #[arg(long, default_value_t = Budget::STUDY.early_stop)]
     early_stop: usize,
     /// Intra-op threads (default: the study's protocol; 0 = one per core).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bounds::threads)]
     threads: Option<usize>,
     /// Timed repeats per candidate; its cost is their median.
     #[arg(long, default_value_t = Timer::default().repeats)]
