@@ -7,15 +7,18 @@ use crate::manifest::{DeviceJob, Manifest, SshPlacement};
 use crate::shell::shell_word;
 use std::path::Path;
 
+/// An incomplete SSH device: its job and where it ran.
+pub type Incomplete<'a> = (&'a DeviceJob, &'a SshPlacement);
+
 /// The submit commands that resume exactly the incomplete SSH devices (a
 /// rerun skips their complete shards): one per shard count, since
 /// `--shards` applies to every device of a command.
 pub fn resubmit_commands(
     manifest: &Manifest,
     results_dir: &Path,
-    incomplete: &[(&DeviceJob, &SshPlacement)],
+    incomplete: &[Incomplete],
 ) -> Vec<String> {
-    let mut groups: Vec<(usize, &SshPlacement, Vec<(&DeviceJob, &SshPlacement)>)> = Vec::new();
+    let mut groups: Vec<(usize, &SshPlacement, Vec<Incomplete>)> = Vec::new();
     for &(job, placement) in incomplete {
         match groups.iter_mut().find(|(n, p, _)| {
             *n == job.shards
