@@ -7,17 +7,21 @@
 //! cargo run --release -p dlas-engine --example bench_engine [-- runs [section...]]
 //! sections: layers, networks, mobilenet, dtypes, sparse (default: all)
 
-use dlas_core::{Algorithm, Dataset};
+use dlas_core::Dataset;
 use dlas_engine::{
-    Conv2d, DType, Engine, EngineConfig, FormatChoice, GemmSchedule, ParallelLoop, Schedule,
-    VectorAxis, Workload,
+    Conv2d, DType, Engine, EngineConfig, FormatChoice, GemmSchedule, KernelAlgorithm, LayerKey,
+    ParallelLoop, Schedule, VectorAxis, Workload,
 };
 use dlas_zoo::weights::{Weights, generate, input};
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
 const THREADS: usize = 2;
-const ALGORITHMS: [Algorithm; 3] = [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack];
+const ALGORITHMS: [KernelAlgorithm; 3] = [
+    KernelAlgorithm::Direct,
+    KernelAlgorithm::Gemm,
+    KernelAlgorithm::SpatialPack,
+];
 
 /// Independent FMA chains per thread: more than latency (4) x ports (2).
 const CHAINS: usize = 12;
@@ -127,7 +131,7 @@ fn median(runs: usize, mut f: impl FnMut()) -> f64 {
     t[runs / 2]
 }
 
-fn config(algorithm: Algorithm, format: FormatChoice) -> EngineConfig {
+fn config(algorithm: KernelAlgorithm, format: FormatChoice) -> EngineConfig {
     EngineConfig {
         threads: THREADS,
         algorithm,
@@ -248,20 +252,12 @@ fn main() -> anyhow::Result<()> {
             let wt: Vec<f32> = (0..w.out_channels * w.reduction())
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
+            let key =
+                LayerKey::of(w, &wt, &config(KernelAlgorithm::Gemm, FormatChoice::Dense)).unwrap();
             let best = gemm_candidates(&w)
                 .into_iter()
                 .map(|s| {
-                    let c = Conv2d::new(
-                        w,
-                        &wt,
-                        None,
-                        dlas_engine::Activation::Relu,
-                        &EngineConfig {
-                            schedule: Some(s),
-                            ..config(Algorithm::Gemm, FormatChoice::Dense)
-                        },
-                    )
-                    .unwrap();
+                    let c = Conv2d::new(key, s, &wt, None, dlas_engine::Activation::Relu).unwrap();
                     median(runs, || {
                         std::hint::black_box(c.run(&pool, &x, 1));
                     })
@@ -308,7 +304,7 @@ fn main() -> anyhow::Result<()> {
         let e = Engine::compile(
             &g,
             &generate(&g, 1),
-            &config(Algorithm::Gemm, FormatChoice::Dense),
+            &config(KernelAlgorithm::Gemm, FormatChoice::Dense),
         )?;
         let x = input(&g, 1, 1);
         let whole = median(runs, || {
@@ -364,7 +360,7 @@ fn main() -> anyhow::Result<()> {
             let c = EngineConfig {
                 dtype,
                 quant: Some(quant.clone()),
-                ..config(Algorithm::Gemm, FormatChoice::Dense)
+                ..config(KernelAlgorithm::Gemm, FormatChoice::Dense)
             };
             let e = Engine::compile(&resnet, &weights, &c)?;
             let t = median(runs.min(7), || {

@@ -1,8 +1,9 @@
 //! What an engine is asked to be: the study's axes for the backend layer
 //! plus the thread count and an optional schedule.
 
+use crate::algorithm::KernelAlgorithm;
 use crate::schedule::Schedule;
-use dlas_core::{Algorithm, Layout};
+use dlas_core::Layout;
 use dlas_zoo::quant::QuantParams;
 use serde::{Deserialize, Serialize};
 
@@ -40,13 +41,15 @@ pub struct EngineConfig {
     /// share a core's FMA units, so a second thread per core adds
     /// contention, not arithmetic).
     pub threads: usize,
-    /// One algorithm for every convolution, like the study's axis.
-    pub algorithm: Algorithm,
+    /// One algorithm for every convolution, like the study's axis (whose
+    /// `auto` converts to none: see [`KernelAlgorithm`]'s `TryFrom`).
+    pub algorithm: KernelAlgorithm,
     pub format: FormatChoice,
     pub layout: Layout,
     pub dtype: DType,
-    /// A schedule for every convolution; `None` takes each layer's
-    /// untuned default. Must belong to `algorithm`.
+    /// A schedule for every convolution of `algorithm`, to which it must
+    /// belong; `None` takes each layer's tuned or untuned default. Depthwise
+    /// layers that every algorithm runs as direct keep their default.
     pub schedule: Option<Schedule>,
     /// Quantisation of the graph (required by, and only read for, `I8`).
     pub quant: Option<QuantParams>,
@@ -56,7 +59,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             threads: num_cpus::get_physical(),
-            algorithm: Algorithm::Gemm,
+            algorithm: KernelAlgorithm::Gemm,
             format: FormatChoice::Auto,
             layout: Layout::Nchw,
             dtype: DType::F32,
@@ -69,10 +72,6 @@ impl Default for EngineConfig {
 /// A configuration the engine cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error(
-        "algorithm `auto` means the runtime picks its kernels; the engine needs one of direct, gemm, spatial-pack"
-    )]
-    AutoAlgorithm,
     #[error("layout nhwc is implemented by the gemm algorithm with dense weights only (got {0})")]
     Nhwc(String),
     #[error("fp16 is implemented by the gemm algorithm with dense weights only (got {0})")]
@@ -83,8 +82,8 @@ pub enum ConfigError {
     MissingQuant,
     #[error("a {given} schedule cannot drive the {algorithm} algorithm")]
     ScheduleMismatch {
-        given: &'static str,
-        algorithm: Algorithm,
+        given: KernelAlgorithm,
+        algorithm: KernelAlgorithm,
     },
     #[error("BSR blocks must have rows in {{1, 2, 4, 8}} and cols in 1..=16 (got {rows}x{cols})")]
     Blocks { rows: usize, cols: usize },

@@ -1,85 +1,23 @@
-//! Loading a graph into a list of fused steps, and running it.
+//! Compiling a graph into a list of fused, lowered steps, and running it.
 //!
-//! Loading folds every batch norm that directly follows a convolution into
-//! its weights and bias, fuses a following residual Add and activation into
-//! the convolution's epilogue, and packs every layer's weights once. A
-//! fused intermediate node has exactly one consumer (the next node of its
-//! chain), so nothing else can observe that its value was never stored.
+//! Compiling runs two passes: graph fusion ([`crate::fusion`]: batch-norm
+//! folding, residual and activation fusion) and lowering, which decides
+//! each convolution's [`LayerKey`] and schedule once and packs its weights
+//! for them.
 
 use crate::config::{ConfigError, DType, EngineConfig};
-use crate::conv::Conv2d;
-use crate::epilogue::Activation;
+use crate::conv::{Conv2d, Int8Scales};
+use crate::fusion::{self, FusedConv, Plan, Step};
+use crate::lowering::LayerKey;
 use crate::ops;
-use crate::tuning::{LayerKey, ScheduleTable, workload_of};
+use crate::tuning::ScheduleTable;
 use dlas_core::Layout;
-use dlas_zoo::quant::ActivationQuant;
-use dlas_zoo::weights::{Params, Weights};
-use dlas_zoo::{Graph, NodeId, Op, Pool, Shape};
+use dlas_zoo::quant::{ActivationQuant, QuantParams};
+use dlas_zoo::weights::Weights;
+use dlas_zoo::{Graph, NodeId, Shape};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use std::borrow::Cow;
-
-/// Batch-norm epsilon, as in PyTorch and the reference.
-const BN_EPS: f64 = 1e-5;
-
-#[derive(Debug)]
-enum Step {
-    Conv {
-        conv: Box<Conv2d>,
-        input: NodeId,
-        residual: Option<NodeId>,
-    },
-    Affine {
-        input: NodeId,
-        scale: Vec<f32>,
-        shift: Vec<f32>,
-        act: Activation,
-    },
-    Unary {
-        input: NodeId,
-        act: Activation,
-    },
-    Add {
-        a: NodeId,
-        b: NodeId,
-        act: Activation,
-    },
-    Mul {
-        a: NodeId,
-        b: NodeId,
-    },
-    Pool {
-        input: NodeId,
-        pool: Pool,
-        max: bool,
-    },
-    GlobalAvgPool {
-        input: NodeId,
-    },
-    Concat {
-        inputs: Vec<NodeId>,
-    },
-    Flatten {
-        input: NodeId,
-    },
-}
-
-impl Step {
-    fn inputs(&self) -> Vec<NodeId> {
-        match self {
-            Step::Conv {
-                input, residual, ..
-            } => std::iter::once(*input).chain(*residual).collect(),
-            Step::Add { a, b, .. } | Step::Mul { a, b } => vec![*a, *b],
-            Step::Concat { inputs } => inputs.clone(),
-            Step::Affine { input, .. }
-            | Step::Unary { input, .. }
-            | Step::Pool { input, .. }
-            | Step::GlobalAvgPool { input }
-            | Step::Flatten { input } => vec![*input],
-        }
-    }
-}
 
 /// An activation at rest between steps.
 enum Stored {
@@ -128,7 +66,7 @@ impl Stored {
 pub struct Engine {
     shapes: Vec<Shape>,
     /// (node whose value the step produces, the step), in execution order.
-    steps: Vec<(NodeId, Step)>,
+    steps: Plan<Box<Conv2d>>,
     /// How many steps read each node, to free values after their last use.
     readers: Vec<usize>,
     output: NodeId,
@@ -180,41 +118,6 @@ impl Arena {
     }
 }
 
-fn activation(op: &Op) -> Option<Activation> {
-    Some(match op {
-        Op::Relu => Activation::Relu,
-        Op::Relu6 => Activation::Relu6,
-        Op::Silu => Activation::Silu,
-        Op::Sigmoid => Activation::Sigmoid,
-        _ => return None,
-    })
-}
-
-/// Per-channel (scale, shift) of a batch norm in inference form.
-fn bn_affine(p: Option<&Params>) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-    let Some(Params::BatchNorm {
-        gamma,
-        beta,
-        mean,
-        var,
-    }) = p
-    else {
-        anyhow::bail!("batch norm without its parameters");
-    };
-    let scale: Vec<f64> = gamma
-        .iter()
-        .zip(var)
-        .map(|(&g, &v)| g as f64 / (v as f64 + BN_EPS).sqrt())
-        .collect();
-    let shift = beta
-        .iter()
-        .zip(mean)
-        .zip(&scale)
-        .map(|((&b, &m), s)| b as f64 - m as f64 * s)
-        .collect();
-    Ok((scale, shift))
-}
-
 impl Engine {
     /// Compiles `graph` with `weights` for `config`, every layer with its
     /// default (untuned) schedule unless `config` names one.
@@ -239,8 +142,14 @@ impl Engine {
         if config.threads == 0 {
             return Err(ConfigError::Threads.into());
         }
-        if config.algorithm == dlas_core::Algorithm::Auto {
-            return Err(ConfigError::AutoAlgorithm.into());
+        if let Some(s) = config.schedule
+            && s.algorithm() != config.algorithm
+        {
+            return Err(ConfigError::ScheduleMismatch {
+                given: s.algorithm(),
+                algorithm: config.algorithm,
+            }
+            .into());
         }
         anyhow::ensure!(
             weights.by_node.len() == graph.nodes.len(),
@@ -259,218 +168,20 @@ impl Engine {
             }
             _ => None,
         };
-        let mut consumers = vec![Vec::new(); n];
-        for (id, node) in graph.nodes.iter().enumerate() {
-            for &i in &node.inputs {
-                consumers[i].push(id);
-            }
-        }
-        // The single consumer of `id`, if it has exactly one.
-        let only = |id: NodeId| match consumers[id].as_slice() {
-            [c] => Some(*c),
-            _ => None,
-        };
-        let mut fused = vec![false; n];
-        let mut steps = Vec::new();
         let mut default_scheduled = Vec::new();
-        for (id, node) in graph.nodes.iter().enumerate().skip(1) {
-            if fused[id] {
-                continue;
-            }
-            let params = weights.by_node[id].as_ref();
-            let (end, step) = match &node.op {
-                Op::Conv(_) | Op::Linear { .. } => {
-                    let w = workload_of(graph, id).expect("a convolution or linear node");
-                    let (mut wt, bias) = match params {
-                        Some(Params::Conv { weight, bias }) => (
-                            weight.iter().map(|&v| v as f64).collect::<Vec<_>>(),
-                            bias.clone(),
-                        ),
-                        Some(Params::Linear { weight, bias }) => (
-                            weight.iter().map(|&v| v as f64).collect(),
-                            Some(bias.clone()),
-                        ),
-                        _ => anyhow::bail!("node {} lacks its weights", node.name),
-                    };
-                    let mut b: Vec<f64> = bias.map_or_else(
-                        || vec![0.0; w.out_channels],
-                        |b| b.iter().map(|&v| v as f64).collect(),
-                    );
-                    let mut end = id;
-                    let mut folded = vec![1.0f64; w.out_channels];
-                    if let Some(bn) = only(end).filter(|&c| graph.nodes[c].op == Op::BatchNorm) {
-                        let (scale, shift) = bn_affine(weights.by_node[bn].as_ref())?;
-                        folded.clone_from(&scale);
-                        let red = w.reduction();
-                        for oc in 0..w.out_channels {
-                            wt[oc * red..(oc + 1) * red]
-                                .iter_mut()
-                                .for_each(|v| *v *= scale[oc]);
-                            b[oc] = b[oc] * scale[oc] + shift[oc];
-                        }
-                        fused[bn] = true;
-                        end = bn;
-                    }
-                    let mut residual = None;
-                    if let Some(add) =
-                        only(end).filter(|&c| graph.nodes[c].op == Op::Add && !fused[c])
-                    {
-                        let ins = &graph.nodes[add].inputs;
-                        let other = if ins[0] == end { ins[1] } else { ins[0] };
-                        // The other operand must already exist when this conv runs.
-                        if other < id && other != end {
-                            residual = Some(other);
-                            fused[add] = true;
-                            end = add;
-                        }
-                    }
-                    let mut act = Activation::Identity;
-                    if let Some(a) =
-                        only(end).and_then(|c| activation(&graph.nodes[c].op).map(|a| (c, a)))
-                    {
-                        act = a.1;
-                        fused[a.0] = true;
-                        end = a.0;
-                    }
-                    let wt: Vec<f32> = wt.iter().map(|&v| v as f32).collect();
-                    let bf: Vec<f32> = b.iter().map(|&v| v as f32).collect();
-                    let conv = match quant {
-                        Some(q) => {
-                            let scales = q.weights[id].as_ref().ok_or(ConfigError::MissingQuant)?;
-                            // Folding scales each output channel, and so its weight scale.
-                            let scales: Vec<f32> = scales
-                                .iter()
-                                .zip(&folded)
-                                .map(|(&s, f)| (s as f64 * f.abs()) as f32)
-                                .collect();
-                            let (qi, qo) = (q.activations[node.inputs[0]], q.activations[end]);
-                            Conv2d::new_int8(w, &wt, Some(&bf), act, &scales, qi, qo, config)
-                        }
-                        None => {
-                            let key = LayerKey::of(w, &wt, config)?;
-                            match tuned.get(&key).filter(|_| config.schedule.is_none()) {
-                                Some(schedule) => {
-                                    let layer = EngineConfig {
-                                        schedule: Some(schedule),
-                                        ..config.clone()
-                                    };
-                                    Conv2d::new(w, &wt, Some(&bf), act, &layer)
-                                }
-                                None => {
-                                    if config.schedule.is_none() {
-                                        default_scheduled.push(key);
-                                    }
-                                    Conv2d::new(w, &wt, Some(&bf), act, config)
-                                }
-                            }
-                        }
-                    }
-                    .map_err(|e| e.context(format!("layer {}", node.name)))?;
-                    (
-                        end,
-                        Step::Conv {
-                            conv: Box::new(conv),
-                            input: node.inputs[0],
-                            residual,
-                        },
-                    )
-                }
-                Op::BatchNorm => {
-                    let (scale, shift) = bn_affine(params)?;
-                    let mut end = id;
-                    let mut act = Activation::Identity;
-                    if let Some((c, a)) =
-                        only(id).and_then(|c| activation(&graph.nodes[c].op).map(|a| (c, a)))
-                    {
-                        act = a;
-                        fused[c] = true;
-                        end = c;
-                    }
-                    let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect();
-                    (
-                        end,
-                        Step::Affine {
-                            input: node.inputs[0],
-                            scale: f(scale),
-                            shift: f(shift),
-                            act,
-                        },
-                    )
-                }
-                Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid => (
-                    id,
-                    Step::Unary {
-                        input: node.inputs[0],
-                        act: activation(&node.op).expect("an activation"),
-                    },
-                ),
-                Op::Add => {
-                    let mut end = id;
-                    let mut act = Activation::Identity;
-                    if let Some((c, a)) =
-                        only(id).and_then(|c| activation(&graph.nodes[c].op).map(|a| (c, a)))
-                    {
-                        act = a;
-                        fused[c] = true;
-                        end = c;
-                    }
-                    (
-                        end,
-                        Step::Add {
-                            a: node.inputs[0],
-                            b: node.inputs[1],
-                            act,
-                        },
-                    )
-                }
-                Op::Mul => (
-                    id,
-                    Step::Mul {
-                        a: node.inputs[0],
-                        b: node.inputs[1],
-                    },
-                ),
-                Op::MaxPool(p) | Op::AvgPool(p) => (
-                    id,
-                    Step::Pool {
-                        input: node.inputs[0],
-                        pool: *p,
-                        max: matches!(node.op, Op::MaxPool(_)),
-                    },
-                ),
-                Op::GlobalAvgPool => (
-                    id,
-                    Step::GlobalAvgPool {
-                        input: node.inputs[0],
-                    },
-                ),
-                Op::Concat => (
-                    id,
-                    Step::Concat {
-                        inputs: node.inputs.clone(),
-                    },
-                ),
-                Op::Flatten => (
-                    id,
-                    Step::Flatten {
-                        input: node.inputs[0],
-                    },
-                ),
-                Op::Input => anyhow::bail!("node {} is a second input", node.name),
-                Op::LayerNorm { .. }
-                | Op::Gelu
-                | Op::Attention(_)
-                | Op::ClassToken
-                | Op::PositionEmbedding
-                | Op::FirstToken
-                | Op::SpaceToDepth
-                | Op::LayerScale => anyhow::bail!(
-                    "unsupported operator {} (node {}): the native engine runs convolutional networks only",
-                    node.op.kind(),
-                    node.name
-                ),
-            };
-            steps.push((end, step));
+        let mut steps = Vec::new();
+        for (out, step) in fusion::fuse(graph, weights)? {
+            let step = step.map_conv(|conv, input| {
+                let name = &graph.nodes[conv.node].name;
+                let lowered = match quant {
+                    Some(q) => lower_int8(conv, config, q, (input, out)),
+                    None => lower(conv, config, tuned, &mut default_scheduled),
+                };
+                lowered
+                    .map(Box::new)
+                    .map_err(|e| e.context(format!("layer {name}")))
+            })?;
+            steps.push((out, step));
         }
         let mut readers = vec![0; n];
         for (_, s) in &steps {
@@ -677,4 +388,54 @@ impl Engine {
         }
         result
     }
+}
+
+/// Lowers an fp32 or fp16 layer: its key under `config`, and the schedule
+/// `config` gives the layers of its algorithm, else the tuned one of its
+/// key, else its default (then the key is listed in `default_scheduled`).
+/// A depthwise layer that runs as direct under another algorithm keeps its
+/// default when `config` gives a schedule.
+fn lower(
+    conv: FusedConv,
+    config: &EngineConfig,
+    tuned: &ScheduleTable,
+    default_scheduled: &mut Vec<LayerKey>,
+) -> anyhow::Result<Conv2d> {
+    let key = LayerKey::of(conv.workload, &conv.weights, config)?;
+    let schedule = match (config.schedule, tuned.get(&key)) {
+        (Some(s), _) if s.algorithm() == key.kernel => s,
+        (Some(_), _) => key.default_schedule(config.threads),
+        (None, Some(s)) => s,
+        (None, None) => {
+            default_scheduled.push(key);
+            key.default_schedule(config.threads)
+        }
+    };
+    Conv2d::new(key, schedule, &conv.weights, Some(&conv.bias), conv.act)
+}
+
+/// Lowers an int8 layer reading node `input` and writing node `output`
+/// with the quantisers of `q`.
+fn lower_int8(
+    conv: FusedConv,
+    config: &EngineConfig,
+    q: &QuantParams,
+    (input, output): (NodeId, NodeId),
+) -> anyhow::Result<Conv2d> {
+    let key = LayerKey::of(conv.workload, &conv.weights, config)?;
+    let scales = q.weights[conv.node]
+        .as_ref()
+        .ok_or(ConfigError::MissingQuant)?;
+    // Folding scales each output channel, and so its weight scale.
+    let scales: Vec<f32> = scales
+        .iter()
+        .zip(&conv.folded)
+        .map(|(&s, f)| (s as f64 * f.abs()) as f32)
+        .collect();
+    let scales = Int8Scales {
+        weights: &scales,
+        input: q.activations[input],
+        output: q.activations[output],
+    };
+    Conv2d::new_int8(key, &conv.weights, Some(&conv.bias), conv.act, scales)
 }

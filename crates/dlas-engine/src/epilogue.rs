@@ -3,6 +3,11 @@
 //! then an activation. Applying it while the tile is still in cache is what
 //! makes BN/activation/Add fusion pay.
 
+/// What an int8 kernel calls with finished accumulators: `finish(oc, i,
+/// acc, out)` turns those of channel `oc`'s consecutive outputs `i..` into
+/// their int8 values in `out`, through the epilogue and requantisation.
+pub(crate) type Int8Finish<'a> = dyn Fn(usize, usize, &[i32], &mut [i8]) + Sync + 'a;
+
 /// An element-wise activation fused into the producer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Activation {

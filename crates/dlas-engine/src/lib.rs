@@ -7,6 +7,11 @@
 //! every algorithm runs as stencils, and `int8` for quantised GEMM) beside
 //! the f64 reference in `dlas_zoo::reference` that tests hold them to; the
 //! knobs of each are values ([`Schedule`]) so a tuner can search them.
+//! Compiling is two passes: graph fusion (`fusion`: batch norm folded,
+//! residual Add and activation fused into a convolution's epilogue), then
+//! lowering, where each layer's [`LayerKey`] (weight format, kernel
+//! algorithm, layout, dtype) is decided once and, with a schedule, packed
+//! into a [`Conv2d`].
 //! Weight formats (dense, CSR, BSR) are one block-sparse structure
 //! (`sparse`), CSR being its 1x1 case. Vectorised kernels come in AVX-512,
 //! AVX2 and portable versions, picked at run time (`isa`).
@@ -25,6 +30,7 @@
 //! earlier runs; every parallel loop runs on the engine's own thread pool,
 //! never rayon's global one.
 
+pub mod algorithm;
 mod aligned;
 pub mod config;
 pub mod conv;
@@ -32,26 +38,32 @@ mod depthwise;
 mod direct;
 pub mod engine;
 pub mod epilogue;
+mod fusion;
 mod gemm;
 mod int8;
 mod isa;
+pub mod lowering;
 mod ops;
 pub mod schedule;
 mod sparse;
 mod spatial_pack;
 #[cfg(test)]
 mod testing;
+mod tiles;
 pub mod tuning;
+mod untuned;
 mod weights;
 pub mod workload;
 
+pub use algorithm::{AutoAlgorithm, KernelAlgorithm};
 pub use config::{ConfigError, DType, EngineConfig, FormatChoice};
-pub use conv::Conv2d;
+pub use conv::{Conv2d, Int8Scales};
 pub use engine::Engine;
 pub use epilogue::Activation;
+pub use lowering::LayerKey;
 pub use schedule::{
     DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
     VectorAxis,
 };
-pub use tuning::{LayerKey, ScheduleTable, workload_of};
-pub use workload::Workload;
+pub use tuning::ScheduleTable;
+pub use workload::{Workload, workload_of};

@@ -6,8 +6,10 @@
 //! the untuned point; a tuner searches the rest and relies on
 //! [`Schedule::validate`] to reject candidates before running them.
 
-use crate::gemm::tile_isa;
+use crate::algorithm::KernelAlgorithm;
 use crate::isa::Isa;
+pub use crate::tiles::GEMM_TILES;
+use crate::tiles::tile_registers;
 use crate::workload::Workload;
 use serde::{Deserialize, Serialize};
 
@@ -136,21 +138,6 @@ pub struct InvalidSchedule {
     pub reason: String,
 }
 
-/// Register tiles the GEMM microkernel is compiled for (rows, columns).
-/// Tiles with a multiple of 16 columns run on AVX-512 where the CPU has it;
-/// the last four need its 32 registers, so `validate` rejects them on a
-/// CPU with AVX2 only.
-pub const GEMM_TILES: &[(usize, usize)] = &[
-    (6, 16),
-    (4, 24),
-    (8, 8),
-    (4, 16),
-    (4, 8),
-    (12, 32),
-    (6, 64),
-    (8, 48),
-    (8, 16),
-];
 /// Output-channel vector widths spatial pack is compiled for.
 pub const SPATIAL_PACK_VC: &[usize] = &[4, 8, 16];
 /// Floats per AVX2 register (spatial pack's kernels are AVX2).
@@ -161,21 +148,13 @@ const REGISTERS: usize = 16;
 const L1_BUDGET: usize = 16 * 1024;
 const L2_BUDGET: usize = 256 * 1024;
 
-/// Vector registers an `mr` x `nr` GEMM tile needs (accumulators, one row
-/// of B, one broadcast of A) and has, with the kernels of `isa`.
-pub(crate) fn tile_registers(mr: usize, nr: usize, isa: Isa) -> (usize, usize) {
-    let isa = tile_isa(nr, isa);
-    let vectors = nr.div_ceil(isa.lanes());
-    (mr * vectors + vectors + 1, isa.registers())
-}
-
 impl Schedule {
-    /// The untuned schedule of the algorithm `self` belongs to.
-    pub fn algorithm_name(&self) -> &'static str {
+    /// The algorithm whose kernel this schedule drives.
+    pub fn algorithm(&self) -> KernelAlgorithm {
         match self {
-            Schedule::Direct(_) => "direct",
-            Schedule::Gemm(_) => "gemm",
-            Schedule::SpatialPack(_) => "spatial-pack",
+            Schedule::Direct(_) => KernelAlgorithm::Direct,
+            Schedule::Gemm(_) => KernelAlgorithm::Gemm,
+            Schedule::SpatialPack(_) => KernelAlgorithm::SpatialPack,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The shape of one convolution on one sample: what schedules are validated
 //! against and what kernels are built for.
 
+use dlas_zoo::{Graph, NodeId, Op};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -44,6 +45,11 @@ impl Workload {
             out_h: out(in_h),
             out_w: out(in_w),
         }
+    }
+
+    /// One input and one output channel per group: a stack of 2-D stencils.
+    pub fn is_depthwise(&self) -> bool {
+        self.in_channels_per_group() == 1 && self.out_channels_per_group() == 1 && self.groups > 1
     }
 
     pub fn in_channels_per_group(&self) -> usize {
@@ -91,5 +97,31 @@ impl fmt::Display for Workload {
             self.in_h,
             self.in_w
         )
+    }
+}
+
+/// The workload of convolution or linear node `id` of `graph`, `None` for
+/// other operators. Linear layers are 1x1 convolutions on a 1x1 image.
+pub fn workload_of(graph: &Graph, id: NodeId) -> Option<Workload> {
+    let node = &graph.nodes[id];
+    match &node.op {
+        Op::Conv(c) => {
+            let [_, h, w] = graph.nodes[node.inputs[0]].shape;
+            Some(Workload::new(
+                c.in_channels,
+                c.out_channels,
+                c.kernel,
+                c.stride,
+                c.padding,
+                c.groups,
+                h,
+                w,
+            ))
+        }
+        Op::Linear {
+            in_features,
+            out_features,
+        } => Some(Workload::new(*in_features, *out_features, 1, 1, 0, 1, 1, 1)),
+        _ => None,
     }
 }

@@ -2,10 +2,11 @@
 //! convolution on random shapes: depthwise, grouped, strides, padding,
 //! kernel sizes 1/3/5/7, odd spatial sizes, random sparsity.
 
-use dlas_core::{Algorithm, Layout};
+use dlas_core::Layout;
 use dlas_engine::{
     Activation, Conv2d, DType, DirectSchedule, EngineConfig, FormatChoice, GemmSchedule,
-    ParallelLoop, Schedule, SpatialPackSchedule, VectorAxis, Workload,
+    Int8Scales, KernelAlgorithm, LayerKey, ParallelLoop, Schedule, SpatialPackSchedule, VectorAxis,
+    Workload,
 };
 use dlas_zoo::reference::conv2d_f64;
 use proptest::prelude::*;
@@ -137,12 +138,25 @@ fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
     (err / norm.max(1e-30)).sqrt()
 }
 
+/// The layer `config` makes of `w` with `weights` and `bias`, as the
+/// engine makes it: the key of the layer under `config`, run with the
+/// schedule of `config` where it is of the key's algorithm, else the
+/// key's default.
+fn layer(w: &Workload, weights: &[f32], bias: &[f32], config: &EngineConfig) -> Conv2d {
+    let key = LayerKey::of(*w, weights, config).unwrap();
+    let schedule = config
+        .schedule
+        .filter(|s| s.algorithm() == key.kernel)
+        .unwrap_or_else(|| key.default_schedule(config.threads));
+    Conv2d::new(key, schedule, weights, Some(bias), Activation::Identity).unwrap()
+}
+
 /// Runs `config` on `case` and returns the relative L2 error.
 fn error(case: &Case, config: &EngineConfig) -> f64 {
     let sparse = !matches!(config.format, FormatChoice::Dense);
     let d = data(case, sparse);
     let w = &case.w;
-    let conv = Conv2d::new(*w, &d.weight, Some(&d.bias), Activation::Identity, config).unwrap();
+    let conv = layer(w, &d.weight, &d.bias, config);
     let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
     let conv_ir = dlas_zoo::Conv {
         in_channels: w.in_channels,
@@ -180,9 +194,9 @@ fn f16_error(case: &Case) -> f64 {
     let w = &case.w;
     let cfg = EngineConfig {
         dtype: DType::F16,
-        ..config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nchw)
+        ..config(KernelAlgorithm::Gemm, FormatChoice::Dense, Layout::Nchw)
     };
-    let conv = Conv2d::new(*w, &d.weight, Some(&d.bias), Activation::Identity, &cfg).unwrap();
+    let conv = layer(w, &d.weight, &d.bias, &cfg);
     // The engine stores activations in f16, so the layer sees rounded inputs.
     let x16: Vec<f32> = d
         .input
@@ -255,16 +269,18 @@ fn int8_worst_ratio(case: &Case) -> f64 {
     let qi = ActivationQuant::from_range(xl as f32, xh as f32);
     let qo = ActivationQuant::from_range(yl as f32, yh as f32);
     let scales = channel_scales(&d.weight, w.out_channels);
-    let cfg = config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nchw);
+    let key = LayerKey::of(*w, &d.weight, &int8_config()).unwrap();
+    let scales_of = Int8Scales {
+        weights: &scales,
+        input: qi,
+        output: qo,
+    };
     let conv = Conv2d::new_int8(
-        *w,
+        key,
         &d.weight,
         Some(&d.bias),
         Activation::Identity,
-        &scales,
-        qi,
-        qo,
-        &cfg,
+        scales_of,
     )
     .unwrap();
     let xq: Vec<i8> = d.input.iter().map(|&v| qi.quantize(v)).collect();
@@ -292,13 +308,21 @@ fn int8_worst_ratio(case: &Case) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn config(algorithm: Algorithm, format: FormatChoice, layout: Layout) -> EngineConfig {
+fn config(algorithm: KernelAlgorithm, format: FormatChoice, layout: Layout) -> EngineConfig {
     EngineConfig {
         threads: 2,
         algorithm,
         format,
         layout,
         ..EngineConfig::default()
+    }
+}
+
+/// Dense int8 GEMM in NCHW, the engine's one int8 lowering.
+fn int8_config() -> EngineConfig {
+    EngineConfig {
+        dtype: DType::I8,
+        ..config(KernelAlgorithm::Gemm, FormatChoice::Dense, Layout::Nchw)
     }
 }
 
@@ -316,7 +340,7 @@ proptest! {
     #[test]
     fn direct_matches_reference(c in case()) {
         for f in FORMATS {
-            let e = error(&c, &config(Algorithm::Direct, f, Layout::Nchw));
+            let e = error(&c, &config(KernelAlgorithm::Direct, f, Layout::Nchw));
             prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
         }
     }
@@ -324,17 +348,17 @@ proptest! {
     #[test]
     fn gemm_matches_reference(c in case()) {
         for f in FORMATS {
-            let e = error(&c, &config(Algorithm::Gemm, f, Layout::Nchw));
+            let e = error(&c, &config(KernelAlgorithm::Gemm, f, Layout::Nchw));
             prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
         }
-        let e = error(&c, &config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nhwc));
+        let e = error(&c, &config(KernelAlgorithm::Gemm, FormatChoice::Dense, Layout::Nhwc));
         prop_assert!(e < F32_TOLERANCE, "nhwc {} error {e}", c.w);
     }
 
     #[test]
     fn spatial_pack_matches_reference(c in case()) {
         for f in FORMATS {
-            let e = error(&c, &config(Algorithm::SpatialPack, f, Layout::Nchw));
+            let e = error(&c, &config(KernelAlgorithm::SpatialPack, f, Layout::Nchw));
             prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
         }
     }
@@ -377,14 +401,14 @@ proptest! {
                 continue;
             }
             let algorithm = match s {
-                Schedule::Direct(_) => Algorithm::Direct,
-                Schedule::Gemm(_) => Algorithm::Gemm,
-                Schedule::SpatialPack(_) => Algorithm::SpatialPack,
+                Schedule::Direct(_) => KernelAlgorithm::Direct,
+                Schedule::Gemm(_) => KernelAlgorithm::Gemm,
+                Schedule::SpatialPack(_) => KernelAlgorithm::SpatialPack,
             };
             let cfg = EngineConfig { schedule: Some(s), ..config(algorithm, format, Layout::Nchw) };
             let e = error(&c, &cfg);
             prop_assert!(e < F32_TOLERANCE, "{s:?} {} error {e}", c.w);
-            if algorithm == Algorithm::Gemm && !sparse {
+            if algorithm == KernelAlgorithm::Gemm && !sparse {
                 let cfg = EngineConfig { layout: Layout::Nhwc, ..cfg };
                 let e = error(&c, &cfg);
                 prop_assert!(e < F32_TOLERANCE, "nhwc {s:?} {} error {e}", c.w);
@@ -401,9 +425,13 @@ fn int8_refuses_reductions_that_could_overflow() {
     let w = Workload::new(8000, 1, 3, 1, 1, 1, 3, 3);
     let weights = vec![0.5; w.reduction()];
     let q = ActivationQuant::from_range(-1.0, 1.0);
-    let cfg = config(Algorithm::Gemm, FormatChoice::Dense, Layout::Nchw);
-    let Err(err) = Conv2d::new_int8(w, &weights, None, Activation::Identity, &[0.5], q, q, &cfg)
-    else {
+    let key = LayerKey::of(w, &weights, &int8_config()).unwrap();
+    let scales = Int8Scales {
+        weights: &[0.5],
+        input: q,
+        output: q,
+    };
+    let Err(err) = Conv2d::new_int8(key, &weights, None, Activation::Identity, scales) else {
         panic!("an int8 layer of {} products was accepted", w.reduction())
     };
     assert!(err.to_string().contains("at most 66311 are safe"), "{err}");

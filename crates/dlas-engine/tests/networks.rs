@@ -1,8 +1,10 @@
 //! Whole networks against the f64 reference: fusion, batch-norm folding and
 //! every operator, for every algorithm.
 
-use dlas_core::{Algorithm, Dataset, Layout};
-use dlas_engine::{DType, Engine, EngineConfig, FormatChoice};
+use dlas_core::{Dataset, Layout};
+use dlas_engine::{
+    DType, Engine, EngineConfig, FormatChoice, GemmSchedule, KernelAlgorithm, Schedule,
+};
 use dlas_zoo::reference;
 use dlas_zoo::weights::{generate, input};
 use dlas_zoo::{Graph, GraphBuilder, Op};
@@ -29,20 +31,20 @@ fn configs() -> Vec<EngineConfig> {
     };
     vec![
         EngineConfig {
-            algorithm: Algorithm::Direct,
+            algorithm: KernelAlgorithm::Direct,
             ..base.clone()
         },
         EngineConfig {
-            algorithm: Algorithm::Gemm,
+            algorithm: KernelAlgorithm::Gemm,
             ..base.clone()
         },
         EngineConfig {
-            algorithm: Algorithm::Gemm,
+            algorithm: KernelAlgorithm::Gemm,
             layout: Layout::Nhwc,
             ..base.clone()
         },
         EngineConfig {
-            algorithm: Algorithm::SpatialPack,
+            algorithm: KernelAlgorithm::SpatialPack,
             ..base.clone()
         },
     ]
@@ -239,12 +241,13 @@ fn unsupported_configurations_are_explained() {
             .unwrap()
             .to_string()
     };
-    assert!(
+    assert_eq!(
         err(EngineConfig {
-            algorithm: Algorithm::Auto,
+            algorithm: KernelAlgorithm::Direct,
+            schedule: Some(Schedule::Gemm(GemmSchedule::default())),
             ..EngineConfig::default()
-        })
-        .contains("auto")
+        }),
+        "a gemm schedule cannot drive the direct algorithm"
     );
     let e = format!(
         "{:#}",
@@ -252,7 +255,7 @@ fn unsupported_configurations_are_explained() {
             &graph,
             &weights,
             &EngineConfig {
-                algorithm: Algorithm::Direct,
+                algorithm: KernelAlgorithm::Direct,
                 layout: Layout::Nhwc,
                 ..EngineConfig::default()
             }
@@ -283,7 +286,7 @@ fn unsupported_configurations_are_explained() {
         .contains("threads")
     );
     let f16_direct = EngineConfig {
-        algorithm: Algorithm::Direct,
+        algorithm: KernelAlgorithm::Direct,
         dtype: DType::F16,
         ..EngineConfig::default()
     };

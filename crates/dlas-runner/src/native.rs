@@ -6,7 +6,7 @@ use crate::tuning::Tuned;
 use anyhow::{Result, bail};
 use dlas_backends::Session;
 use dlas_core::{Combination, Compression, Dataset, Format};
-use dlas_engine::{DType, Engine, EngineConfig, FormatChoice};
+use dlas_engine::{DType, Engine, EngineConfig, FormatChoice, KernelAlgorithm};
 use dlas_zoo::Graph;
 use dlas_zoo::quant::QuantParams;
 use dlas_zoo::weights::Weights;
@@ -69,12 +69,14 @@ pub struct Untuned {
 
 /// The engine configuration of a combination: its algorithm, format,
 /// layout and data type (int8 with the compression stage's parameters).
+/// Fails for algorithm `auto`, naming the algorithms the engine has.
 pub fn engine_config(
     c: &Combination,
     threads: usize,
     graph: &Graph,
     weights: &Weights,
 ) -> Result<EngineConfig> {
+    let algorithm = KernelAlgorithm::try_from(c.algorithm)?;
     let dtype = match c.compression {
         Compression::Fp16 => DType::F16,
         Compression::Int8 => DType::I8,
@@ -86,7 +88,7 @@ pub fn engine_config(
     };
     Ok(EngineConfig {
         threads,
-        algorithm: c.algorithm,
+        algorithm,
         format: match c.format {
             Format::Dense => FormatChoice::Dense,
             Format::Csr => FormatChoice::Csr,

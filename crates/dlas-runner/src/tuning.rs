@@ -13,7 +13,7 @@ use crate::environment::Cpu;
 use crate::models::Models;
 use anyhow::{Context, Result, bail};
 use dlas_core::{Combination, Compression, Study};
-use dlas_engine::{LayerKey, ScheduleTable, workload_of};
+use dlas_engine::{KernelAlgorithm, LayerKey, ScheduleTable, workload_of};
 use dlas_tune::records::{self, VERSION};
 use dlas_tune::search::State;
 use dlas_tune::{
@@ -122,6 +122,10 @@ pub fn tasks(
                 .or_default() += 1;
             continue;
         }
+        if let Err(e) = KernelAlgorithm::try_from(c.algorithm) {
+            cannot_run(skipped, e);
+            continue;
+        }
         let path = models.path(study, &crate::models::model_file_of(c))?;
         let bytes = std::fs::read(&path)?;
         let (graph, weights) = dlas_onnx::import(&bytes, &c.model, c.dataset)?;
@@ -148,12 +152,8 @@ pub fn tasks(
                 }
             }
         }
-        // The engine cannot run this combination at all (its untuned run
-        // records why); there is nothing to tune.
         if let Some(reason) = unsupported {
-            *skipped
-                .entry(format!("the engine cannot run it: {reason}"))
-                .or_default() += 1;
+            cannot_run(skipped, reason);
             continue;
         }
         for (layer, wt) in layers {
@@ -172,6 +172,14 @@ pub fn tasks(
         }
     }
     Ok(tasks)
+}
+
+/// Counts a combination the engine cannot run at all (its untuned run
+/// records why): there is nothing to tune.
+fn cannot_run(skipped: &mut BTreeMap<String, usize>, reason: impl std::fmt::Display) {
+    *skipped
+        .entry(format!("the engine cannot run it: {reason}"))
+        .or_default() += 1;
 }
 
 /// Searches every task of `combinations` on this machine.

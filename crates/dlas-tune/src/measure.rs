@@ -9,7 +9,7 @@
 
 use crate::records::TaskKey;
 use anyhow::{Context, Result};
-use dlas_engine::{Activation, Conv2d, EngineConfig, LayerKey, Schedule};
+use dlas_engine::{Activation, Conv2d, LayerKey, Schedule};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::hint::black_box;
@@ -75,19 +75,6 @@ impl LayerProblem {
         })
     }
 
-    /// The engine configuration that runs this layer with `schedule`.
-    fn config(&self, schedule: Schedule) -> EngineConfig {
-        EngineConfig {
-            threads: self.threads,
-            algorithm: self.key.kernel,
-            format: self.key.format(),
-            layout: self.key.layout,
-            dtype: self.key.dtype,
-            schedule: Some(schedule),
-            quant: None,
-        }
-    }
-
     /// The task this problem is: its key, threads and batch.
     pub fn task(&self) -> TaskKey {
         TaskKey {
@@ -103,11 +90,11 @@ impl LayerProblem {
     pub fn measure(&self, schedule: Schedule, timer: &Timer) -> Result<Vec<f64>> {
         let w = self.key.workload;
         let conv = Conv2d::new(
-            w,
+            self.key,
+            schedule,
             &self.weights,
             None,
             Activation::Identity,
-            &self.config(schedule),
         )
         .with_context(|| format!("packing {w} for {schedule:?}"))?;
         let run = || black_box(conv.run(&self.pool, black_box(&self.input), self.batch));
@@ -139,12 +126,6 @@ impl LayerProblem {
 
 /// The untuned schedule of `task`: what the engine runs without records,
 /// and where every search starts.
-pub fn default_schedule(task: &TaskKey) -> Result<Schedule> {
-    let l = &task.layer;
-    Ok(dlas_engine::conv::default_schedule(
-        l.kernel,
-        &l.workload,
-        task.threads,
-        l.layout == dlas_core::Layout::Nhwc,
-    )?)
+pub fn default_schedule(task: &TaskKey) -> Schedule {
+    task.layer.default_schedule(task.threads)
 }

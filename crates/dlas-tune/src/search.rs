@@ -114,7 +114,7 @@ pub fn tune(
 ) -> Result<Outcome> {
     let task = problem.task();
     let w = task.layer.workload;
-    let default = default_schedule(&task)?;
+    let default = default_schedule(&task);
     let mut seen = Seen {
         default,
         measured: HashMap::new(),

@@ -1,8 +1,10 @@
 //! The search on a real (small) layer, resumption from records, and the
 //! best-of file; the tuned table applied to a whole network.
 
-use dlas_core::{Algorithm, Dataset, Layout};
-use dlas_engine::{DType, Engine, EngineConfig, FormatChoice, LayerKey, Schedule, workload_of};
+use dlas_core::{Dataset, Layout};
+use dlas_engine::{
+    DType, Engine, EngineConfig, FormatChoice, KernelAlgorithm, LayerKey, Schedule, workload_of,
+};
 use dlas_tune::records::{self, Loaded};
 use dlas_tune::search::State;
 use dlas_tune::{BestOf, Budget, LayerProblem, Phase, Record, RecordLog, StopReason, Timer, tune};
@@ -15,7 +17,7 @@ const QUICK: Timer = Timer {
     min_repeat_ms: 0.2,
 };
 
-fn problem(algorithm: Algorithm, format: FormatChoice, out_channels: usize) -> LayerProblem {
+fn problem(algorithm: KernelAlgorithm, format: FormatChoice, out_channels: usize) -> LayerProblem {
     let w = dlas_engine::Workload::new(16, out_channels, 3, 1, 1, 1, 10, 10);
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let weights: Vec<f32> = (0..w.out_channels * w.reduction())
@@ -60,12 +62,15 @@ fn search_schedules(log: &[Record]) -> Vec<Schedule> {
 #[test]
 fn search_starts_at_the_default_measures_only_valid_new_candidates_and_resumes() {
     for (algorithm, format) in [
-        (Algorithm::Gemm, FormatChoice::Dense),
-        (Algorithm::SpatialPack, FormatChoice::Csr),
-        (Algorithm::Direct, FormatChoice::Bsr { rows: 4, cols: 4 }),
+        (KernelAlgorithm::Gemm, FormatChoice::Dense),
+        (KernelAlgorithm::SpatialPack, FormatChoice::Csr),
+        (
+            KernelAlgorithm::Direct,
+            FormatChoice::Bsr { rows: 4, cols: 4 },
+        ),
     ] {
         let p = problem(algorithm, format, 32);
-        let default = dlas_tune::measure::default_schedule(&p.task()).unwrap();
+        let default = dlas_tune::measure::default_schedule(&p.task());
         let mut log = Vec::new();
         let mut sink = |s: Schedule, phase, r: &anyhow::Result<Vec<f64>>, _: State| {
             log.push(record(&p, s, phase, r));
@@ -126,7 +131,7 @@ fn search_starts_at_the_default_measures_only_valid_new_candidates_and_resumes()
         assert_eq!(distinct.len(), all.len(), "no schedule is measured twice");
         for s in &all {
             s.validate(&p.key.workload).unwrap();
-            assert_eq!(s.algorithm_name(), default.algorithm_name());
+            assert_eq!(s.algorithm(), default.algorithm());
         }
     }
 }
@@ -135,7 +140,7 @@ fn search_starts_at_the_default_measures_only_valid_new_candidates_and_resumes()
 fn early_stop_and_exhaustion_end_a_search() {
     // Direct's space has 10 oc_blocks x 7 row_blocks; with 16 output
     // channels, oc_blocks 24 and 32 are invalid: 56 valid points.
-    let p = problem(Algorithm::Direct, FormatChoice::Dense, 16);
+    let p = problem(KernelAlgorithm::Direct, FormatChoice::Dense, 16);
     let budget = Budget {
         trials: 10_000,
         early_stop: 3,
@@ -156,8 +161,8 @@ fn early_stop_and_exhaustion_end_a_search() {
 fn the_log_survives_a_torn_line_and_the_best_of_keeps_the_cheapest() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("records.jsonl");
-    let p = problem(Algorithm::Gemm, FormatChoice::Dense, 32);
-    let default = dlas_tune::measure::default_schedule(&p.task()).unwrap();
+    let p = problem(KernelAlgorithm::Gemm, FormatChoice::Dense, 32);
+    let default = dlas_tune::measure::default_schedule(&p.task());
     let other = dlas_tune::space::mutate(default, &mut ChaCha8Rng::seed_from_u64(2));
     let mut log = RecordLog::open(&path).unwrap();
     log.append(&record(
@@ -220,8 +225,8 @@ use std::io::Write;
 /// rounds; until every finalist has a round, the search's ranking stands.
 #[test]
 fn confirmation_rounds_decide_the_winner_once_every_finalist_has_one() {
-    let p = problem(Algorithm::Gemm, FormatChoice::Dense, 32);
-    let default = dlas_tune::measure::default_schedule(&p.task()).unwrap();
+    let p = problem(KernelAlgorithm::Gemm, FormatChoice::Dense, 32);
+    let default = dlas_tune::measure::default_schedule(&p.task());
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let mut distinct = vec![default];
     while distinct.len() < 3 {
@@ -279,9 +284,9 @@ fn a_tuned_table_applies_to_every_layer_and_keeps_the_result() {
     let input = dlas_zoo::weights::input(&graph, 3, 1);
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     for (algorithm, layout) in [
-        (Algorithm::Gemm, Layout::Nchw),
-        (Algorithm::SpatialPack, Layout::Nchw),
-        (Algorithm::Gemm, Layout::Nhwc),
+        (KernelAlgorithm::Gemm, Layout::Nchw),
+        (KernelAlgorithm::SpatialPack, Layout::Nchw),
+        (KernelAlgorithm::Gemm, Layout::Nhwc),
     ] {
         let config = EngineConfig {
             threads: 2,
@@ -310,7 +315,7 @@ fn a_tuned_table_applies_to_every_layer_and_keeps_the_result() {
                 threads: 2,
                 batch: 1,
             };
-            let default = dlas_tune::measure::default_schedule(&task).unwrap();
+            let default = dlas_tune::measure::default_schedule(&task);
             let s = loop {
                 let s = dlas_tune::space::random(default, &mut rng);
                 if s.validate(&w).is_ok() {
@@ -321,7 +326,7 @@ fn a_tuned_table_applies_to_every_layer_and_keeps_the_result() {
         }
         if layout == Layout::Nchw {
             assert!(
-                kernels.contains(&Algorithm::Direct),
+                kernels.contains(&KernelAlgorithm::Direct),
                 "depthwise runs direct"
             );
         }
@@ -345,7 +350,7 @@ fn a_tuned_table_applies_to_every_layer_and_keeps_the_result() {
 }
 
 /// The committed best-of files are what their committed records decide:
-/// derived, never edited, and unchanged by how the decision is made for
+/// derived, never edited, applicable to their layers, and unchanged by how the decision is made for
 /// logs without confirmation rounds.
 #[test]
 fn committed_best_of_files_are_derived_from_their_records() {
@@ -360,6 +365,14 @@ fn committed_best_of_files_are_derived_from_their_records() {
         assert_eq!(derived.entries.len(), committed.entries.len(), "{study}");
         for (d, c) in derived.entries.iter().zip(&committed.entries) {
             assert_eq!(d, c, "{study}: {}", c.task);
+            // The engine builds a layer from a key and a schedule of the
+            // key's kernel algorithm, so every entry can apply.
+            assert_eq!(
+                c.schedule.algorithm(),
+                c.task.layer.kernel,
+                "{study}: {}",
+                c.task
+            );
         }
     }
 }

@@ -49,7 +49,7 @@ pub(crate) struct Store {
 pub(crate) type Micro = unsafe fn(usize, *const f32, *const f32, usize, &Store);
 
 /// The microkernel for an `mr` x `nr` tile (one of
-/// [`crate::schedule::GEMM_TILES`]) on instruction set `isa`: AVX-512 when
+/// [`crate::tiles::GEMM_TILES`]) on instruction set `isa`: AVX-512 when
 /// `nr` is a multiple of 16, AVX2 when it is a multiple of 8.
 pub(crate) fn microkernel(mr: usize, nr: usize, isa: Isa) -> Micro {
     macro_rules! pick {
@@ -66,26 +66,7 @@ pub(crate) fn microkernel(mr: usize, nr: usize, isa: Isa) -> Micro {
             }
         };
     }
-    pick!(
-        (6, 16),
-        (4, 24),
-        (8, 8),
-        (4, 16),
-        (4, 8),
-        (12, 32),
-        (6, 64),
-        (8, 48),
-        (8, 16)
-    )
-}
-
-/// The instruction set an `nr`-wide tile runs with on `isa`.
-pub(crate) fn tile_isa(nr: usize, isa: Isa) -> Isa {
-    match isa {
-        Isa::Avx512 if nr.is_multiple_of(16) => Isa::Avx512,
-        Isa::Avx512 | Isa::Avx2 => Isa::Avx2,
-        Isa::Portable => Isa::Portable,
-    }
+    crate::tiles::with_gemm_tiles!(pick)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -259,7 +240,7 @@ unsafe fn portable<const MR: usize, const NR: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::GEMM_TILES;
+    use crate::tiles::GEMM_TILES;
 
     /// Every tile on every instruction set this CPU has, against f64 sums,
     /// with edge tiles, accumulation and every finishing step.

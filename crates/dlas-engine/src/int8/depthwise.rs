@@ -9,7 +9,7 @@
 //! channel: one long loop the compiler vectorises, where per-row loops over
 //! MobileNet's 7- and 14-pixel rows were mostly loop overhead.
 
-use super::Finish;
+use crate::epilogue::Int8Finish;
 #[cfg(target_arch = "x86_64")]
 use crate::isa::has_avx2_fma;
 use crate::workload::Workload;
@@ -33,7 +33,7 @@ impl Packed {
     }
 
     /// One NCHW sample, finished by `finish`.
-    pub fn run(&self, w: &Workload, input: &[i8], zp: i16, out: &mut [i8], finish: &Finish) {
+    pub fn run(&self, w: &Workload, input: &[i8], zp: i16, out: &mut [i8], finish: &Int8Finish) {
         let (ih, iw, oh) = (w.in_h, w.in_w, w.out_h);
         let (phr, pws) = phase_shape(w);
         let s = w.stride;
@@ -83,7 +83,7 @@ struct Channel<'a> {
 
 impl Channel<'_> {
     #[inline(always)]
-    fn run(&mut self, o: &mut [i8], finish: &Finish) {
+    fn run(&mut self, o: &mut [i8], finish: &Int8Finish) {
         let (w, c, x, wc) = (self.w, self.c, self.x, self.weights);
         let (k, s, p) = (w.kernel, w.stride, w.padding);
         let (iw, oh, ow) = (w.in_w, w.out_h, w.out_w);
@@ -129,7 +129,7 @@ impl Channel<'_> {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    fn run_avx2(&mut self, o: &mut [i8], finish: &Finish) {
+    fn run_avx2(&mut self, o: &mut [i8], finish: &Int8Finish) {
         self.run(o, finish)
     }
 }

@@ -2,7 +2,7 @@
 //! so padding is an exact 0), reduction indices paired so the AVX2 inner
 //! loop is `vpmaddwd` (16 multiply-accumulates per instruction) into i32.
 
-use super::Finish;
+use crate::epilogue::Int8Finish;
 use crate::gemm::pack_im2col_with;
 use crate::isa::has_avx2_fma;
 use crate::workload::Workload;
@@ -40,7 +40,7 @@ impl Packed {
     }
 
     /// One NCHW sample, finished by `finish`.
-    pub fn run(&self, w: &Workload, input: &[i8], zp: i16, out: &mut [i8], finish: &Finish) {
+    pub fn run(&self, w: &Workload, input: &[i8], zp: i16, out: &mut [i8], finish: &Int8Finish) {
         let (ocg, red, pix) = (w.out_channels_per_group(), w.reduction(), w.out_pixels());
         let padded = ocg.next_multiple_of(ROWS);
         let pairs = red.div_ceil(2);

@@ -34,11 +34,6 @@ pub(crate) struct Int8Conv {
     output: ActivationQuant,
 }
 
-/// What a kernel calls with finished accumulators: `finish(oc, i, acc,
-/// out)` turns those of channel `oc`'s consecutive outputs `i..` into their
-/// int8 values in `out`.
-type Finish<'a> = dyn Fn(usize, usize, &[i32], &mut [i8]) + Sync + 'a;
-
 /// Consecutive accumulators of one output channel, on their way out.
 struct Segment<'a> {
     oc: usize,
@@ -77,9 +72,7 @@ impl Int8Conv {
         input: ActivationQuant,
         output: ActivationQuant,
     ) -> Int8Conv {
-        let depthwise =
-            w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1 && w.groups > 1;
-        let choice = if depthwise {
+        let choice = if w.is_depthwise() {
             Choice::Depthwise
         } else if vnni::available() {
             Choice::Vnni

@@ -10,7 +10,7 @@
 //! channel's weight sum times `zp + 128`, and the result is exact: it equals
 //! the AVX2 kernel's bit for bit (tested).
 
-use super::Finish;
+use crate::epilogue::Int8Finish;
 use crate::gemm::pack_im2col_with;
 use crate::workload::Workload;
 use rayon::prelude::*;
@@ -95,7 +95,7 @@ impl Packed {
     }
 
     /// One NCHW sample, finished by `finish`.
-    pub fn run(&self, w: &Workload, input: &[i8], zp: i16, out: &mut [i8], finish: &Finish) {
+    pub fn run(&self, w: &Workload, input: &[i8], zp: i16, out: &mut [i8], finish: &Int8Finish) {
         let (ocg, pix) = (w.out_channels_per_group(), w.out_pixels());
         let (mr, np) = (self.tile.rows(), self.tile.panels());
         let quads = w.reduction().div_ceil(4);

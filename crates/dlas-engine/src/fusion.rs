@@ -1,0 +1,454 @@
+//! Graph fusion, the first pass of compiling: a graph and its weights in,
+//! a plan of fused steps out, with no kernel chosen and nothing packed.
+//!
+//! Every batch norm that directly follows a convolution is folded into its
+//! weights and bias, and a following residual Add and activation become
+//! the convolution's epilogue; an activation after a lone batch norm or Add
+//! is fused into it. A fused intermediate node has exactly one consumer
+//! (the next node of its chain), so nothing else can observe that its value
+//! was never stored.
+
+use crate::epilogue::Activation;
+use crate::workload::{Workload, workload_of};
+use dlas_zoo::weights::{Params, Weights};
+use dlas_zoo::{Graph, NodeId, Op, Pool};
+
+/// Batch-norm epsilon, as in PyTorch and the reference.
+const BN_EPS: f64 = 1e-5;
+
+/// A convolution or linear layer after fusion, before lowering.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FusedConv {
+    /// The convolution or linear node (for its name and int8 weight scales).
+    pub node: NodeId,
+    pub workload: Workload,
+    /// (out, in / groups, k, k) row-major, batch norm folded in.
+    pub weights: Vec<f32>,
+    /// One per output channel (zeros for a layer without bias), batch
+    /// norm folded in.
+    pub bias: Vec<f32>,
+    /// Per output channel, the factor folding multiplied the weights by (1
+    /// without a batch norm): an int8 weight scale grows by as much.
+    pub folded: Vec<f64>,
+    pub act: Activation,
+}
+
+/// One step of a plan, generic over how a convolution is held: folded
+/// weights ([`FusedConv`]) out of [`fuse`], a packed layer in an engine.
+#[derive(Debug)]
+pub(crate) enum Step<C> {
+    Conv {
+        conv: C,
+        input: NodeId,
+        residual: Option<NodeId>,
+    },
+    Affine {
+        input: NodeId,
+        scale: Vec<f32>,
+        shift: Vec<f32>,
+        act: Activation,
+    },
+    Unary {
+        input: NodeId,
+        act: Activation,
+    },
+    Add {
+        a: NodeId,
+        b: NodeId,
+        act: Activation,
+    },
+    Mul {
+        a: NodeId,
+        b: NodeId,
+    },
+    Pool {
+        input: NodeId,
+        pool: Pool,
+        max: bool,
+    },
+    GlobalAvgPool {
+        input: NodeId,
+    },
+    Concat {
+        inputs: Vec<NodeId>,
+    },
+    Flatten {
+        input: NodeId,
+    },
+}
+
+/// (node whose value a step produces, the step), in execution order.
+pub(crate) type Plan<C> = Vec<(NodeId, Step<C>)>;
+
+impl<C> Step<C> {
+    /// The nodes whose values the step reads.
+    pub fn inputs(&self) -> Vec<NodeId> {
+        match self {
+            Step::Conv {
+                input, residual, ..
+            } => std::iter::once(*input).chain(*residual).collect(),
+            Step::Add { a, b, .. } | Step::Mul { a, b } => vec![*a, *b],
+            Step::Concat { inputs } => inputs.clone(),
+            Step::Affine { input, .. }
+            | Step::Unary { input, .. }
+            | Step::Pool { input, .. }
+            | Step::GlobalAvgPool { input }
+            | Step::Flatten { input } => vec![*input],
+        }
+    }
+
+    /// The same step with its convolution replaced by `f(conv, input)`.
+    pub fn map_conv<D, E>(self, f: impl FnOnce(C, NodeId) -> Result<D, E>) -> Result<Step<D>, E> {
+        Ok(match self {
+            Step::Conv {
+                conv,
+                input,
+                residual,
+            } => Step::Conv {
+                conv: f(conv, input)?,
+                input,
+                residual,
+            },
+            Step::Affine {
+                input,
+                scale,
+                shift,
+                act,
+            } => Step::Affine {
+                input,
+                scale,
+                shift,
+                act,
+            },
+            Step::Unary { input, act } => Step::Unary { input, act },
+            Step::Add { a, b, act } => Step::Add { a, b, act },
+            Step::Mul { a, b } => Step::Mul { a, b },
+            Step::Pool { input, pool, max } => Step::Pool { input, pool, max },
+            Step::GlobalAvgPool { input } => Step::GlobalAvgPool { input },
+            Step::Concat { inputs } => Step::Concat { inputs },
+            Step::Flatten { input } => Step::Flatten { input },
+        })
+    }
+}
+
+fn activation(op: &Op) -> Option<Activation> {
+    Some(match op {
+        Op::Relu => Activation::Relu,
+        Op::Relu6 => Activation::Relu6,
+        Op::Silu => Activation::Silu,
+        Op::Sigmoid => Activation::Sigmoid,
+        _ => return None,
+    })
+}
+
+/// Per-channel (scale, shift) of a batch norm in inference form.
+fn bn_affine(p: Option<&Params>) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let Some(Params::BatchNorm {
+        gamma,
+        beta,
+        mean,
+        var,
+    }) = p
+    else {
+        anyhow::bail!("batch norm without its parameters");
+    };
+    let scale: Vec<f64> = gamma
+        .iter()
+        .zip(var)
+        .map(|(&g, &v)| g as f64 / (v as f64 + BN_EPS).sqrt())
+        .collect();
+    let shift = beta
+        .iter()
+        .zip(mean)
+        .zip(&scale)
+        .map(|((&b, &m), s)| b as f64 - m as f64 * s)
+        .collect();
+    Ok((scale, shift))
+}
+
+/// The fused plan of `graph` with `weights` (one entry per node), or why
+/// the engine cannot run the graph (an operator it lacks, missing
+/// parameters).
+pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<FusedConv>> {
+    let n = graph.nodes.len();
+    let mut consumers = vec![Vec::new(); n];
+    for (id, node) in graph.nodes.iter().enumerate() {
+        for &i in &node.inputs {
+            consumers[i].push(id);
+        }
+    }
+    // The single consumer of `id`, if it has exactly one.
+    let only = |id: NodeId| match consumers[id].as_slice() {
+        [c] => Some(*c),
+        _ => None,
+    };
+    // The activation consuming `id` alone, if any, and its node.
+    let fused_activation =
+        |id: NodeId| only(id).and_then(|c| activation(&graph.nodes[c].op).map(|a| (c, a)));
+    let mut fused = vec![false; n];
+    let mut steps = Vec::new();
+    for (id, node) in graph.nodes.iter().enumerate().skip(1) {
+        if fused[id] {
+            continue;
+        }
+        let params = weights.by_node[id].as_ref();
+        let (end, step) = match &node.op {
+            Op::Conv(_) | Op::Linear { .. } => {
+                let w = workload_of(graph, id).expect("a convolution or linear node");
+                let (mut wt, bias) = match params {
+                    Some(Params::Conv { weight, bias }) => (
+                        weight.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+                        bias.clone(),
+                    ),
+                    Some(Params::Linear { weight, bias }) => (
+                        weight.iter().map(|&v| v as f64).collect(),
+                        Some(bias.clone()),
+                    ),
+                    _ => anyhow::bail!("node {} lacks its weights", node.name),
+                };
+                let mut b: Vec<f64> = bias.map_or_else(
+                    || vec![0.0; w.out_channels],
+                    |b| b.iter().map(|&v| v as f64).collect(),
+                );
+                let mut end = id;
+                let mut folded = vec![1.0f64; w.out_channels];
+                if let Some(bn) = only(end).filter(|&c| graph.nodes[c].op == Op::BatchNorm) {
+                    let (scale, shift) = bn_affine(weights.by_node[bn].as_ref())?;
+                    folded.clone_from(&scale);
+                    let red = w.reduction();
+                    for oc in 0..w.out_channels {
+                        wt[oc * red..(oc + 1) * red]
+                            .iter_mut()
+                            .for_each(|v| *v *= scale[oc]);
+                        b[oc] = b[oc] * scale[oc] + shift[oc];
+                    }
+                    fused[bn] = true;
+                    end = bn;
+                }
+                let mut residual = None;
+                if let Some(add) = only(end).filter(|&c| graph.nodes[c].op == Op::Add && !fused[c])
+                {
+                    let ins = &graph.nodes[add].inputs;
+                    let other = if ins[0] == end { ins[1] } else { ins[0] };
+                    // The other operand must already exist when this conv runs.
+                    if other < id && other != end {
+                        residual = Some(other);
+                        fused[add] = true;
+                        end = add;
+                    }
+                }
+                let mut act = Activation::Identity;
+                if let Some((c, a)) = fused_activation(end) {
+                    act = a;
+                    fused[c] = true;
+                    end = c;
+                }
+                let conv = FusedConv {
+                    node: id,
+                    workload: w,
+                    weights: wt.iter().map(|&v| v as f32).collect(),
+                    bias: b.iter().map(|&v| v as f32).collect(),
+                    folded,
+                    act,
+                };
+                (
+                    end,
+                    Step::Conv {
+                        conv,
+                        input: node.inputs[0],
+                        residual,
+                    },
+                )
+            }
+            Op::BatchNorm => {
+                let (scale, shift) = bn_affine(params)?;
+                let mut end = id;
+                let mut act = Activation::Identity;
+                if let Some((c, a)) = fused_activation(id) {
+                    act = a;
+                    fused[c] = true;
+                    end = c;
+                }
+                let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect();
+                (
+                    end,
+                    Step::Affine {
+                        input: node.inputs[0],
+                        scale: f(scale),
+                        shift: f(shift),
+                        act,
+                    },
+                )
+            }
+            Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid => (
+                id,
+                Step::Unary {
+                    input: node.inputs[0],
+                    act: activation(&node.op).expect("an activation"),
+                },
+            ),
+            Op::Add => {
+                let mut end = id;
+                let mut act = Activation::Identity;
+                if let Some((c, a)) = fused_activation(id) {
+                    act = a;
+                    fused[c] = true;
+                    end = c;
+                }
+                (
+                    end,
+                    Step::Add {
+                        a: node.inputs[0],
+                        b: node.inputs[1],
+                        act,
+                    },
+                )
+            }
+            Op::Mul => (
+                id,
+                Step::Mul {
+                    a: node.inputs[0],
+                    b: node.inputs[1],
+                },
+            ),
+            Op::MaxPool(p) | Op::AvgPool(p) => (
+                id,
+                Step::Pool {
+                    input: node.inputs[0],
+                    pool: *p,
+                    max: matches!(node.op, Op::MaxPool(_)),
+                },
+            ),
+            Op::GlobalAvgPool => (
+                id,
+                Step::GlobalAvgPool {
+                    input: node.inputs[0],
+                },
+            ),
+            Op::Concat => (
+                id,
+                Step::Concat {
+                    inputs: node.inputs.clone(),
+                },
+            ),
+            Op::Flatten => (
+                id,
+                Step::Flatten {
+                    input: node.inputs[0],
+                },
+            ),
+            Op::Input => anyhow::bail!("node {} is a second input", node.name),
+            Op::LayerNorm { .. }
+            | Op::Gelu
+            | Op::Attention(_)
+            | Op::ClassToken
+            | Op::PositionEmbedding
+            | Op::FirstToken
+            | Op::SpaceToDepth
+            | Op::LayerScale => anyhow::bail!(
+                "unsupported operator {} (node {}): the native engine runs convolutional networks only",
+                node.op.kind(),
+                node.name
+            ),
+        };
+        steps.push((end, step));
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlas_core::Dataset;
+    use dlas_zoo::GraphBuilder;
+    use dlas_zoo::reference::{conv2d_f64, evaluate_all};
+    use dlas_zoo::weights::{generate, input};
+
+    /// A stem (conv, bn, relu) and a residual unit (conv, bn, add of the
+    /// stem, relu) on a CIFAR-sized input.
+    fn residual_unit() -> (Graph, [NodeId; 2]) {
+        let mut b = GraphBuilder::new("unit", Dataset::Cifar10);
+        let stem = b.conv_bn(b.input(), 8, 3, 1, 1, Some(Op::Relu));
+        let y = b.conv_bn(stem, 8, 3, 1, 1, None);
+        let sum = b.add(y, stem);
+        let out = b.relu(sum);
+        (b.finish(), [stem, out])
+    }
+
+    #[test]
+    fn conv_bn_add_relu_is_one_step_with_its_epilogue() {
+        let (graph, [stem, out]) = residual_unit();
+        let plan = fuse(&graph, &generate(&graph, 1)).unwrap();
+        let summary: Vec<_> = plan
+            .iter()
+            .map(|(end, step)| match step {
+                Step::Conv {
+                    conv,
+                    input,
+                    residual,
+                } => (*end, conv.node, *input, *residual, conv.act),
+                other => panic!("unfused step {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (stem, 1, 0, None, Activation::Relu),
+                (out, stem + 1, stem, Some(stem), Activation::Relu),
+            ]
+        );
+    }
+
+    /// Folding is exact up to storing the folded weights and bias as f32:
+    /// the folded convolution equals the reference's conv then batch norm.
+    #[test]
+    fn folded_batch_norm_equals_the_unfused_reference() {
+        let (graph, [stem, _]) = residual_unit();
+        let weights = generate(&graph, 4);
+        let x = input(&graph, 4, 1);
+        let want = &evaluate_all(&graph, &weights, &x, 1)[stem - 1];
+        let plan = fuse(&graph, &weights).unwrap();
+        let Step::Conv { conv, .. } = &plan[0].1 else {
+            panic!("the stem is a convolution step")
+        };
+        assert!(
+            conv.folded.iter().any(|&f| f != 1.0),
+            "a batch norm was folded"
+        );
+        let Op::Conv(c) = &graph.nodes[conv.node].op else {
+            panic!("node 1 is the stem's convolution")
+        };
+        let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let got = conv2d_f64(
+            &x64,
+            1,
+            graph.input_shape(),
+            &dlas_zoo::Conv { bias: true, ..*c },
+            &conv.weights,
+            Some(&conv.bias),
+        );
+        let err: f64 = got.iter().zip(want).map(|(g, w)| (g - w).powi(2)).sum();
+        let norm: f64 = want.iter().map(|w| w * w).sum();
+        let rel = (err / norm).sqrt();
+        assert!(rel < 1e-6, "relative error {rel}");
+    }
+
+    #[test]
+    fn lone_batch_norm_and_add_take_their_activation() {
+        let mut b = GraphBuilder::new("lone", Dataset::Cifar10);
+        let x = b.input();
+        let bn = b.batch_norm(x);
+        let act = b.relu(bn);
+        let sum = b.add(act, x);
+        let out = b.unary(Op::Relu6, sum);
+        let graph = b.finish();
+        let plan = fuse(&graph, &generate(&graph, 2)).unwrap();
+        assert!(matches!(
+            plan.as_slice(),
+            [
+                (a, Step::Affine { input: 0, act: Activation::Relu, .. }),
+                (o, Step::Add { act: Activation::Relu6, .. }),
+            ] if *a == act && *o == out
+        ));
+    }
+}

@@ -1,0 +1,185 @@
+//! How a layer is lowered to a kernel, decided once: [`LayerKey::of`] turns
+//! a layer and an [`EngineConfig`] into a key naming the weight format,
+//! kernel algorithm, layout and data type, and everything downstream reads
+//! the key. [`Conv2d::new`](crate::Conv2d::new) packs a layer from a key and
+//! a schedule, the engine looks tuned schedules up by it, and the tuner
+//! measures per key, so the three cannot disagree about which problem a
+//! schedule solves.
+
+use crate::algorithm::KernelAlgorithm;
+use crate::config::{ConfigError, DType, EngineConfig, FormatChoice};
+use crate::depthwise::MAX_TAPS;
+use crate::schedule::Schedule;
+use crate::sparse::{block_fill, density};
+use crate::untuned::default_schedule;
+use crate::workload::Workload;
+use dlas_core::{Format, Layout};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Weight density below which `FormatChoice::Auto` goes sparse: under it a
+/// sparse kernel's extra index traffic is paid back by skipped FMAs.
+pub const SPARSE_DENSITY: f64 = 0.35;
+/// Fraction of nonzeros within stored blocks above which Auto prefers BSR.
+pub const BSR_FILL: f64 = 0.6;
+
+/// One layer's lowering: its shape and everything about how it is computed
+/// except the schedule. It is also one layer's tuning problem, and the
+/// tuning records' key (its serialised form must not change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LayerKey {
+    pub workload: Workload,
+    /// The algorithm whose kernel runs the layer: the configured one, or
+    /// direct for depthwise fp32 NCHW layers (see [`LayerKey::of`]).
+    pub kernel: KernelAlgorithm,
+    /// The weight format as BSR block shape of sparse weights (1x1 is
+    /// CSR); `None` is dense.
+    pub blocks: Option<(usize, usize)>,
+    pub layout: Layout,
+    pub dtype: DType,
+}
+
+impl LayerKey {
+    /// The lowering of a layer of shape `w` with (out, in / groups, k, k)
+    /// weights `weights` under `config`, or why `config` cannot run it
+    /// (the weights matter only to `FormatChoice::Auto`, which measures
+    /// their density).
+    ///
+    /// A depthwise layer (one input and one output channel per group) is a
+    /// stack of 2-D stencils: im2col would build a one-row GEMM per channel
+    /// and spatial pack would fill one lane of each vector, so in fp32 NCHW
+    /// every algorithm runs it as direct, as TVM and XNNPACK do (int8 picks
+    /// its own depthwise kernel inside its GEMM path).
+    pub fn of(
+        w: Workload,
+        weights: &[f32],
+        config: &EngineConfig,
+    ) -> Result<LayerKey, ConfigError> {
+        let blocks = resolve_format(config.format, &w, weights)?;
+        let algorithm = config.algorithm;
+        let nhwc = config.layout == Layout::Nhwc;
+        let what = || match blocks {
+            Some(_) => "sparse weights".to_string(),
+            None => algorithm.to_string(),
+        };
+        let kernel = match config.dtype {
+            DType::I8 => {
+                if algorithm != KernelAlgorithm::Gemm || blocks.is_some() || nhwc {
+                    let format = if blocks.is_some() { "sparse" } else { "dense" };
+                    let what = format!("{algorithm} {format} {}", config.layout);
+                    return Err(ConfigError::I8(what));
+                }
+                algorithm
+            }
+            _ if nhwc && (algorithm != KernelAlgorithm::Gemm || blocks.is_some()) => {
+                return Err(ConfigError::Nhwc(what()));
+            }
+            DType::F16 if algorithm != KernelAlgorithm::Gemm || blocks.is_some() => {
+                return Err(ConfigError::F16(what()));
+            }
+            DType::F32 if w.is_depthwise() && !nhwc => KernelAlgorithm::Direct,
+            DType::F32 | DType::F16 => algorithm,
+        };
+        Ok(LayerKey {
+            workload: w,
+            kernel,
+            blocks,
+            layout: config.layout,
+            dtype: config.dtype,
+        })
+    }
+
+    /// Whether the layer's kernel has schedule knobs: int8 GEMM has none.
+    pub fn tunable(&self) -> bool {
+        self.dtype != DType::I8
+    }
+
+    /// The format choice that reproduces this key's weight storage.
+    pub fn format(&self) -> FormatChoice {
+        match self.blocks {
+            None => FormatChoice::Dense,
+            Some((1, 1)) => FormatChoice::Csr,
+            Some((rows, cols)) => FormatChoice::Bsr { rows, cols },
+        }
+    }
+
+    /// The study's name for this key's weight format.
+    pub fn weight_format(&self) -> Format {
+        match self.blocks {
+            None => Format::Dense,
+            Some((1, 1)) => Format::Csr,
+            Some(_) => Format::Bsr,
+        }
+    }
+
+    /// The schedule the layer runs on `threads` threads when nothing gives
+    /// it a tuned one, and where a search for one starts.
+    pub fn default_schedule(&self, threads: usize) -> Schedule {
+        default_schedule(
+            self.kernel,
+            &self.workload,
+            threads,
+            self.layout == Layout::Nhwc,
+        )
+    }
+
+    /// Whether a direct layer runs the vectorised depthwise stencil rather
+    /// than the sliding-window kernel: depthwise, dense, and a kernel of at
+    /// most [`MAX_TAPS`] taps. A direct schedule drives both.
+    pub(crate) fn runs_depthwise_stencil(&self) -> bool {
+        let w = &self.workload;
+        self.kernel == KernelAlgorithm::Direct
+            && self.dtype == DType::F32
+            && w.is_depthwise()
+            && self.blocks.is_none()
+            && w.kernel * w.kernel <= MAX_TAPS
+    }
+}
+
+impl fmt::Display for LayerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let format = match self.blocks {
+            None => "dense".to_string(),
+            Some((1, 1)) => "csr".to_string(),
+            Some((r, c)) => format!("bsr{r}x{c}"),
+        };
+        write!(
+            f,
+            "{} | {} {format} {} {:?}",
+            self.workload, self.kernel, self.layout, self.dtype
+        )
+    }
+}
+
+/// Resolves a format choice for one layer's weights to BSR block sizes
+/// (`None`: dense; CSR is 1x1 blocks).
+fn resolve_format(
+    choice: FormatChoice,
+    w: &Workload,
+    weights: &[f32],
+) -> Result<Option<(usize, usize)>, ConfigError> {
+    Ok(match choice {
+        FormatChoice::Dense => None,
+        FormatChoice::Csr => Some((1, 1)),
+        FormatChoice::Bsr { rows, cols } => {
+            if ![1, 2, 4, 8].contains(&rows) || !(1..=16).contains(&cols) {
+                return Err(ConfigError::Blocks { rows, cols });
+            }
+            Some((rows, cols))
+        }
+        FormatChoice::Auto => {
+            if density(weights) >= SPARSE_DENSITY {
+                None
+            } else {
+                let (rows, cols) = (w.out_channels, w.reduction());
+                [(4, 4), (1, 4)]
+                    .into_iter()
+                    .find(|&(r, c)| {
+                        w.out_channels_per_group().is_multiple_of(r)
+                            && block_fill(weights, rows, cols, r, c) >= BSR_FILL
+                    })
+                    .or(Some((1, 1)))
+            }
+        }
+    })
+}

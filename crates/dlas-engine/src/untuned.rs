@@ -1,0 +1,204 @@
+//! The untuned schedule of a layer: what it runs without a tuned one, and
+//! where every tuning search starts. Each is the algorithm's `Default`
+//! fitted to the layer's shape; the GEMM's is chosen by a cost model of
+//! this CPU's microkernels and of the thread pool's balance.
+
+use crate::algorithm::KernelAlgorithm;
+use crate::isa::Isa;
+use crate::schedule::{
+    DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule, VectorAxis,
+};
+use crate::workload::Workload;
+
+/// The schedule a layer runs when neither the configuration nor a tuned
+/// table names one: the untuned `Default` of `algorithm`, fitted to the
+/// workload so that it is valid (tiles no larger than the output, register
+/// blocks inside a group) and, for gemm, fitted as [`default_gemm`] says.
+pub(crate) fn default_schedule(
+    algorithm: KernelAlgorithm,
+    w: &Workload,
+    threads: usize,
+    nhwc: bool,
+) -> Schedule {
+    match algorithm {
+        KernelAlgorithm::Direct => {
+            let d = DirectSchedule::default();
+            Schedule::Direct(DirectSchedule {
+                oc_block: 8.min(w.out_channels_per_group()),
+                ..d
+            })
+        }
+        KernelAlgorithm::Gemm => Schedule::Gemm(default_gemm(w, threads, nhwc)),
+        KernelAlgorithm::SpatialPack => {
+            let d = SpatialPackSchedule::default();
+            Schedule::SpatialPack(SpatialPackSchedule {
+                vh: d.vh.min(w.out_h),
+                vw: d.vw.min(w.out_w),
+                ..d
+            })
+        }
+    }
+}
+
+/// Register tiles the untuned GEMM chooses from on AVX-512, in order of
+/// preference on equal cost.
+const AVX512_TILES: [(usize, usize); 4] = [(8, 48), (6, 64), (12, 32), (8, 16)];
+/// How much better one dimension's tasks must balance for the parallel
+/// loop to take it over the one that splits the larger operand.
+const BALANCE_MARGIN: f64 = 0.15;
+/// Cycles per output value the orientation a layout does not produce
+/// directly adds: C is transposed on its way out, one value at a time.
+const TRANSPOSE_CYCLES: f64 = 4.0;
+
+/// The untuned GEMM schedule of a layer. On AVX-512 its register tile and
+/// vector axis are those of least modelled cost: the tiles' reduction steps
+/// over the padded matrix, each costing max(FMAs / 2, loads) cycles, since
+/// this machine retires two FMAs but about one vector load or broadcast per
+/// cycle (a tile loads `mr` broadcasts and `nr / 16` vectors per step), plus
+/// the transpose of C when the axis is not the layout's own. That matches
+/// the tile to the layer (no 12-row tile over 64 channels, and 16 pixels on
+/// the rows rather than half a 32-pixel vector) without timing anything. Elsewhere it is `GemmSchedule::default()` in the layout's own
+/// orientation. Then the parallel loop runs over the dimension whose
+/// blocks spread best over `threads` threads (see [`task_panels`]), or
+/// that splits the larger operand.
+pub(crate) fn default_gemm(w: &Workload, threads: usize, nhwc: bool) -> GemmSchedule {
+    let natural = if nhwc {
+        VectorAxis::OutputChannels
+    } else {
+        VectorAxis::Spatial
+    };
+    let (ocg, pix) = (w.out_channels_per_group(), w.out_pixels());
+    // Rows and columns of C when `vectors` runs along its columns.
+    let shape = |vectors: VectorAxis| match vectors {
+        VectorAxis::Spatial => (ocg, pix),
+        VectorAxis::OutputChannels => (pix, ocg),
+    };
+    let d = GemmSchedule::default();
+    let (mr, nr, vectors) = if Isa::detect() == Isa::Avx512 {
+        let other = match natural {
+            VectorAxis::Spatial => VectorAxis::OutputChannels,
+            VectorAxis::OutputChannels => VectorAxis::Spatial,
+        };
+        let cost = |(mr, nr): (usize, usize), vectors: VectorAxis| {
+            let (m, n) = shape(vectors);
+            let nv = nr / 16;
+            let step = ((mr * nv) as f64 / 2.0).max((mr + nv) as f64);
+            let steps = (m.div_ceil(mr) * n.div_ceil(nr) * w.reduction()) as f64;
+            let transpose = if vectors == natural {
+                0.0
+            } else {
+                (m * n) as f64 * TRANSPOSE_CYCLES
+            };
+            steps * step + transpose
+        };
+        [natural, other]
+            .into_iter()
+            .flat_map(|v| AVX512_TILES.map(|t| (t, v)))
+            .min_by(|a, b| cost(a.0, a.1).total_cmp(&cost(b.0, b.1)))
+            .map(|((mr, nr), v)| (mr, nr, v))
+            .expect("candidates")
+    } else {
+        (d.mr, d.nr, natural)
+    };
+    // The largest kc whose B panel fits the L1 budget (16 KiB); blocks of
+    // about 8 tiles of rows and 256 columns, except along the parallel
+    // dimension, whose blocks are sized so the threads finish together.
+    let kc = (4096 / nr).min(256);
+    let (m, n) = shape(vectors);
+    let (row_panels, row_balance) = task_panels(m.div_ceil(mr), threads, 65536 / kc / mr);
+    let (col_panels, col_balance) = task_panels(n.div_ceil(nr), threads, 1024 / nr);
+    // Every task reads all of the operand along the other dimension (B for
+    // row tasks, A for column tasks), so unless one dimension balances
+    // clearly better, the larger operand is the one split: A is m x k, B
+    // is k x n (at batch 1, ResNet's last layers stream 9 MiB of weights).
+    let rows_parallel = if (row_balance - col_balance).abs() > BALANCE_MARGIN {
+        row_balance > col_balance
+    } else {
+        m >= n
+    };
+    let (mc, nc) = if rows_parallel {
+        (row_panels * mr, (256 / nr).max(1) * nr)
+    } else {
+        (8 * mr, col_panels * nr)
+    };
+    // `ParallelLoop` names an output dimension: the rows' one, or the
+    // vectorised one.
+    let parallel = match (rows_parallel, vectors) {
+        (true, VectorAxis::Spatial) | (false, VectorAxis::OutputChannels) => {
+            ParallelLoop::OutputChannels
+        }
+        (false, VectorAxis::Spatial) | (true, VectorAxis::OutputChannels) => ParallelLoop::Spatial,
+    };
+    GemmSchedule {
+        mr,
+        nr,
+        kc,
+        mc,
+        nc,
+        parallel,
+        vectors,
+    }
+}
+
+/// Tiles per task when `panels` tiles of one dimension are split across
+/// `threads` threads, at most `max` per task: the count whose tasks give
+/// the shortest makespan (threads take the next task as they finish, and a
+/// dimension rarely divides evenly: 22 panels of a 1024-pixel layer in
+/// tasks of 5 leave one thread 12 and the other 10), the larger on a tie.
+/// Returns it and the balance, ideal time over makespan (1 is perfect).
+fn task_panels(panels: usize, threads: usize, max: usize) -> (usize, f64) {
+    let makespan = |per: usize| {
+        let mut loads = vec![0; threads];
+        let tasks = panels.div_ceil(per);
+        for t in 0..tasks {
+            let size = if t + 1 == tasks {
+                panels - per * t
+            } else {
+                per
+            };
+            *loads.iter_mut().min().expect("a thread") += size;
+        }
+        loads.into_iter().max().unwrap_or(0)
+    };
+    let best = (1..=max.clamp(1, panels.max(1)))
+        .min_by_key(|&per| (makespan(per), std::cmp::Reverse(per)))
+        .expect("a task size");
+    let ideal = panels as f64 / threads as f64;
+    (best, ideal / makespan(best).max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_split_evenly_across_threads() {
+        // 1024 pixels in 48-wide panels: 22 panels, two tasks of 11.
+        assert_eq!(task_panels(22, 2, 21), (11, 1.0));
+        // Tasks of at most 5: only single panels balance.
+        assert_eq!(task_panels(22, 2, 5), (1, 1.0));
+        // 3 panels over 2 threads cannot balance: 2 and 1, or 1, 1 and 1.
+        let (per, balance) = task_panels(3, 2, 8);
+        assert_eq!((per, balance), (2, 0.75));
+        assert_eq!(task_panels(7, 1, 4), (4, 1.0));
+    }
+
+    #[test]
+    fn untuned_gemm_schedules_are_valid() {
+        for (cin, cout, k, s, hw) in [
+            (3, 64, 3, 1, 32),
+            (64, 64, 3, 1, 32),
+            (256, 512, 3, 2, 8),
+            (512, 512, 3, 1, 4),
+            (16, 96, 1, 1, 112),
+            (960, 320, 1, 1, 7),
+            (1280, 1000, 1, 1, 1),
+        ] {
+            let w = Workload::new(cin, cout, k, s, k / 2, 1, hw, hw);
+            for (threads, nhwc) in [(1, false), (2, false), (2, true), (3, false)] {
+                let s = Schedule::Gemm(default_gemm(&w, threads, nhwc));
+                s.validate(&w).unwrap();
+            }
+        }
+    }
+}
