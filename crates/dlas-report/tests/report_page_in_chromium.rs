@@ -5,8 +5,7 @@
 //! with a figure broken or missing must be caught, so the check is shown to
 //! fail. Without chromium the tests say so and pass (`.ci/run` installs it).
 
-use dlas_report::catalogue::{FIGURES, TABLES};
-use dlas_report::claims;
+use dlas_report::dlas::{FIGURES, TABLES, observations};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -70,7 +69,7 @@ fn problems(dom: &str) -> Vec<String> {
         .nth(1)
         .and_then(|t| t.split("</table>").next())
         .map_or(0, |t| t.matches("<tr>").count());
-    if verdict_rows != 1 + claims::observations().len() {
+    if verdict_rows != 1 + observations::observations().len() {
         problems.push(format!(
             "the verdicts table has {verdict_rows} rows, not a header and one per observation"
         ));
