@@ -6,8 +6,8 @@
 //!
 //! Numbering is fixed: reviewers and `--figure N` depend on it.
 
-mod analysis;
-mod illustrations;
+pub mod analysis;
+pub mod illustrations;
 pub mod observations;
 mod tables;
 
