@@ -1,577 +1,172 @@
-//! The numbered catalogue of tables and figures, and where each file goes.
+//! A study's catalogue as a value: its numbered figures and tables, its
+//! observations, where each file goes and the commands the page names; and
+//! the one loop that builds a selection of it and the one loop that checks
+//! its observations on each results file, for `reproduce` and `dlas claims`
+//! alike.
 //!
-//! Numbering is fixed: reviewers and `--figure N` depend on it.
+//! Each study module states its catalogue (`dlas::CATALOGUE`,
+//! `compilers::CATALOGUE`); [`crate::catalogue_of`] picks one by the
+//! study's name. Numbering is fixed: reviewers and `--figure N` depend on it.
 
-use crate::analysis;
-use crate::claims::{self, Checked, Context, Network};
-use crate::compression::{LayerSlice, RecordedAccuracy, Sweeps};
-use crate::figure::{Body, FigureData, Panel, Series};
-use crate::illustrations;
+use crate::claims::{Checked, Context, Observation};
+use crate::figure::FigureData;
+use crate::inputs::{Artifact, Inputs, Selection, device_kinds, networks_of};
+use crate::page::Page;
 use crate::table::Table;
-use anyhow::{Result, bail};
-use dlas_core::{Algorithm, Compression, Dataset, ResultRow, Study};
-use dlas_devices::DeviceKind;
-use dlas_devices::DeviceSpec;
-use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
-use std::path::PathBuf;
+use anyhow::{Result, anyhow};
 
-/// Everything a report is computed from.
-pub struct Inputs<'a> {
-    pub study: &'a Study,
-    /// The rows of every results file, in file order.
-    pub results: &'a [ResultRow],
-    pub specs: &'a [DeviceSpec],
-    /// Files the results were read from, named in footers and checked one
-    /// by one in Table 8.
-    pub result_files: Vec<ResultsFile>,
-    /// The measured machines behind real results.
-    pub hosts: Vec<HostSummary>,
-    /// The pruning sweeps of the study's networks (`data/compression/`);
-    /// empty when the selection draws none of them.
-    pub sweeps: &'a Sweeps,
-    /// The layer Figure 2 shows, when the selection draws it.
-    pub layer: Option<&'a LayerSlice>,
-    /// Recorded accuracies (`data/accuracy/published.csv`).
-    pub accuracy: &'a [RecordedAccuracy],
+/// What one study reports and where it goes.
+pub struct Catalogue {
+    /// The tables, by number.
+    pub tables: &'static [usize],
+    /// The figures, by number.
+    pub figures: &'static [usize],
+    /// Where the tables go (`{table_dir}/table{n}.md`, `.csv`, `.tex`).
+    pub table_dir: &'static str,
+    /// Where the figures go (`{figure_dir}/figure{n}.svg`, `.png`).
+    pub figure_dir: &'static str,
+    /// The observations, how each is checked and what each results file
+    /// says (`claims.md`).
+    pub claims_file: &'static str,
+    /// The page a reviewer opens.
+    pub page: &'static str,
+    /// The command that regenerates everything, as the page names it.
+    pub command: &'static str,
+    /// The command that checks the observations on a reader's results.
+    pub claims_command: &'static str,
+    /// The table that shows the verdicts, built from the checked
+    /// observations rather than by [`Catalogue::table`] (the DLAS study's
+    /// Table 8); selecting it checks the observations and writes the
+    /// claims file.
+    pub verdict_table: Option<(usize, fn(&[Checked]) -> Table)>,
+    /// The tables drawn from the compression facts, which take seconds to
+    /// compute; the CLI computes them only for these.
+    pub compression_tables: &'static [usize],
+    /// The figures drawn from the compression facts.
+    pub compression_figures: &'static [usize],
+    /// Table `n` as data; refuses a number outside [`Catalogue::tables`].
+    pub table: fn(usize, &Inputs) -> Result<Table>,
+    /// Figure `n` as data; refuses a number outside [`Catalogue::figures`].
+    pub figure: fn(usize, &Inputs) -> Result<FigureData>,
+    /// The observations (or findings), in their order.
+    pub observations: fn() -> Vec<Observation>,
+    /// The claims file's Markdown.
+    pub claims_markdown: fn(&[Checked]) -> String,
 }
 
-/// A results file and its rows in [`Inputs::results`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct ResultsFile {
-    /// The path as the user named it (relative to the project when inside it).
-    pub path: String,
-    pub rows: Range<usize>,
-}
-
-impl Inputs<'_> {
-    /// The results files, comma separated, for footers.
-    pub fn file_list(&self) -> String {
-        self.result_files
-            .iter()
-            .map(|f| f.path.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+impl Catalogue {
+    /// Whether `selection` draws the compression facts (the sweeps, a
+    /// layer's weights); everything does when any table or figure does.
+    pub fn needs_compression(&self, selection: Selection) -> bool {
+        match selection {
+            Selection::All => {
+                !self.compression_tables.is_empty() || !self.compression_figures.is_empty()
+            }
+            Selection::Table(n) => self.compression_tables.contains(&n),
+            Selection::Figure(n) => self.compression_figures.contains(&n),
+        }
     }
 
     /// The observations checked on each results file on its own.
-    pub fn claims(&self) -> Vec<Checked> {
-        let networks = networks_of(self.study);
-        let kinds = device_kinds(self.specs);
-        self.result_files
+    pub fn check(&self, inputs: &Inputs) -> Vec<Checked> {
+        let observations = (self.observations)();
+        let networks = networks_of(inputs.study);
+        let kinds = device_kinds(inputs.specs);
+        inputs
+            .result_files
             .iter()
             .map(|f| {
                 let context = Context {
-                    rows: &self.results[f.rows.clone()],
+                    rows: &inputs.results[f.rows.clone()],
                     kinds: &kinds,
                     networks: &networks,
-                    sweeps: self.sweeps,
-                    accuracy: self.accuracy,
+                    sweeps: inputs.sweeps,
+                    accuracy: inputs.accuracy,
                 };
                 Checked {
                     file: f.path.clone(),
-                    outcomes: claims::check_all(&context)
-                        .into_iter()
-                        .map(|(_, outcome)| outcome)
-                        .collect(),
+                    outcomes: observations.iter().map(|o| o.check(&context)).collect(),
                 }
             })
             .collect()
     }
-}
 
-/// The size of every zoo network of `study` (user ONNX files have none).
-pub fn networks_of(study: &Study) -> Vec<Network> {
-    study
-        .models()
-        .into_iter()
-        .filter_map(|(dataset, model)| {
-            let net = dlas_zoo::find(dataset, &model).ok()?;
-            let graph = (net.build)();
-            Some(Network {
-                dataset,
-                params: graph.params(),
-                architecture: crate::compilers::Architecture::of(&graph),
-                model,
-            })
-        })
-        .collect()
-}
-
-/// The kind of every specified device, and of `host`: the runner measures
-/// the host's CPU only.
-pub fn device_kinds(specs: &[DeviceSpec]) -> BTreeMap<String, DeviceKind> {
-    specs
-        .iter()
-        .map(|s| (s.id.clone(), s.kind))
-        .chain([("host".to_string(), DeviceKind::Cpu)])
-        .collect()
-}
-
-/// What Table 1 shows of a measured machine (from its environment record).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostSummary {
-    pub environment: String,
-    pub cpu_model: String,
-    pub logical_cpus: usize,
-    pub cpu_flags: Vec<String>,
-    pub os: String,
-}
-
-/// What to regenerate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Selection {
-    All,
-    Figure(usize),
-    Table(usize),
-}
-
-/// A generated file, relative to the project root.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Artifact {
-    pub path: PathBuf,
-    pub bytes: Vec<u8>,
-}
-
-/// The study's tables, by number.
-pub const TABLES: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
-/// The study's figures, by number.
-pub const FIGURES: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
-/// The claims, with how each is checked (beside Table 8).
-pub const CLAIMS: &str = "paper-tables/claims.md";
-/// The page a reviewer opens.
-pub const PAGE: &str = "figures/index.html";
-
-/// Whether a selection of `study` draws the compression facts (the sweeps,
-/// the layer of Figure 2), which take seconds to compute; the compiler
-/// study draws none.
-pub fn needs_compression(study: &Study, selection: Selection) -> bool {
-    !crate::compilers::is_compiler_study(study)
-        && matches!(
-            selection,
-            Selection::All | Selection::Figure(2 | 3 | 7) | Selection::Table(2 | 5 | 8)
-        )
-}
-
-/// Builds the selected artifacts; everything adds the report page. The
-/// compiler study has its own catalogue (`compilers`).
-pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
-    if crate::compilers::is_compiler_study(inputs.study) {
-        return crate::compilers::build(inputs, selection);
-    }
-    let (tables, figures): (Vec<usize>, Vec<usize>) = match selection {
-        Selection::All => (TABLES.to_vec(), FIGURES.to_vec()),
-        Selection::Table(n) if TABLES.contains(&n) => (vec![n], vec![]),
-        Selection::Figure(n) if FIGURES.contains(&n) => (vec![], vec![n]),
-        Selection::Table(n) => bail!("there is no table {n}; tables: {TABLES:?}"),
-        Selection::Figure(n) => bail!("there is no figure {n}; figures: {FIGURES:?}"),
-    };
-    let checked = (tables.contains(&8) || selection == Selection::All).then(|| inputs.claims());
-    let mut out = Vec::new();
-    let mut built_tables = Vec::new();
-    for n in tables {
-        let t = match (n, &checked) {
-            (8, Some(checked)) => claims::table(checked),
-            _ => table(n, inputs)?,
+    /// Builds the selected artifacts: each table in three renderings, each
+    /// figure as SVG and PNG, the claims file with everything or the
+    /// verdict table, and the page with everything. A number outside the
+    /// catalogue is refused by the study's own `table` or `figure`.
+    pub fn build(&self, inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
+        let (tables, figures): (Vec<usize>, Vec<usize>) = match selection {
+            Selection::All => (self.tables.to_vec(), self.figures.to_vec()),
+            Selection::Table(n) => (vec![n], vec![]),
+            Selection::Figure(n) => (vec![], vec![n]),
         };
-        let stem = format!("paper-tables/table{n}");
-        out.push(Artifact {
-            path: format!("{stem}.md").into(),
-            bytes: t.markdown().into_bytes(),
-        });
-        out.push(Artifact {
-            path: format!("{stem}.csv").into(),
-            bytes: t.csv(),
-        });
-        out.push(Artifact {
-            path: format!("{stem}.tex").into(),
-            bytes: t.latex().into_bytes(),
-        });
-        built_tables.push(t);
-    }
-    if let Some(checked) = &checked {
-        out.push(Artifact {
-            path: CLAIMS.into(),
-            bytes: claims::markdown(checked).into_bytes(),
-        });
-    }
-    let mut built_figures = Vec::new();
-    for n in figures {
-        let f = figure(n, inputs)?;
-        let svg = f
-            .svg()
-            .map_err(|e| anyhow::anyhow!("cannot draw figure {n}: {e}"))?;
-        let png = f
-            .png()
-            .map_err(|e| anyhow::anyhow!("cannot draw figure {n}: {e}"))?;
-        out.push(Artifact {
-            path: format!("figures/figure{n}.svg").into(),
-            bytes: svg.clone().into_bytes(),
-        });
-        out.push(Artifact {
-            path: format!("figures/figure{n}.png").into(),
-            bytes: png,
-        });
-        built_figures.push((f, svg));
-    }
-    if let (Selection::All, Some(checked)) = (selection, &checked) {
-        let page = crate::page::Page {
-            study: inputs.study,
-            hosts: &inputs.hosts,
-            files: &inputs.file_list(),
-            tables: &built_tables,
-            figures: &built_figures,
-            claims: checked,
-            observations: &claims::observations(),
-            claims_file: CLAIMS,
-            command: "cargo xtask reproduce --all",
-            claims_command: "dlas claims FILE...",
-        };
-        out.push(Artifact {
-            path: PAGE.into(),
-            bytes: page.html().into_bytes(),
-        });
-    }
-    Ok(out)
-}
-
-/// Table `n` as data.
-pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
-    match n {
-        1 => Ok(hardware(inputs)),
-        2 => networks(inputs, Dataset::Cifar10, 2),
-        3 => Ok(analysis::time_table(
-            inputs,
-            3,
-            Dataset::Cifar10,
-            DeviceKind::Cpu,
-        )),
-        4 => Ok(analysis::time_table(
-            inputs,
-            4,
-            Dataset::Cifar10,
-            DeviceKind::Gpu,
-        )),
-        5 => networks(inputs, Dataset::Imagenet, 5),
-        6 => Ok(analysis::time_table(
-            inputs,
-            6,
-            Dataset::Imagenet,
-            DeviceKind::Cpu,
-        )),
-        7 => Ok(analysis::time_table(
-            inputs,
-            7,
-            Dataset::Imagenet,
-            DeviceKind::Gpu,
-        )),
-        8 => Ok(claims::table(&inputs.claims())),
-        _ => bail!("there is no table {n}; tables: {TABLES:?}"),
-    }
-}
-
-/// Figure `n` as data.
-pub fn figure(n: usize, inputs: &Inputs) -> Result<FigureData> {
-    match n {
-        1 => Ok(illustrations::stack(inputs)),
-        2 => illustrations::layer(inputs),
-        3 => Ok(illustrations::sweeps(inputs)),
-        4 => Ok(inference_time(inputs)),
-        5 => Ok(analysis::compression_speedup(inputs, native_footer(inputs))),
-        6 => Ok(analysis::best_algorithm(inputs, native_footer(inputs))),
-        7 => Ok(analysis::expected_vs_achieved(
-            inputs,
-            &|d, m, c| inputs.sweeps.expected_speedup(d, m, c),
-            format!(
-                "{} Expected speedups: {}.",
-                native_footer(inputs),
-                crate::compression::sweep_path(&inputs.study.name)
-            ),
-        )),
-        8 => Ok(analysis::tuning_speedup(inputs, native_footer(inputs))),
-        _ => bail!("there is no figure {n}; figures: {FIGURES:?}"),
-    }
-}
-
-fn hardware(inputs: &Inputs) -> Table {
-    let study_devices: Vec<&str> = inputs
-        .study
-        .devices
-        .iter()
-        .map(|d| d.get_ref().as_str())
-        .collect();
-    let rows = inputs
-        .specs
-        .iter()
-        .filter(|s| study_devices.contains(&s.id.as_str()))
-        .map(|s| {
-            vec![
-                s.id.clone(),
-                s.name.clone(),
-                format!("{:?}", s.kind).to_uppercase(),
-                s.cores.to_string(),
-                format!("{:.3}", s.clock_ghz),
-                format!("{:.1}", s.peak_gflops()),
-                format!("{:.1}", s.memory_gbs),
-                s.llc_kib.to_string(),
-                format!("{}", s.fp16_rate),
-                format!("{}", s.int8_rate),
-            ]
-        })
-        .collect();
-    let mut rows: Vec<Vec<String>> = rows;
-    for host in &inputs.hosts {
-        rows.push(vec![
-            format!("host ({})", host.environment),
-            format!(
-                "{}; {}; flags: {}",
-                host.cpu_model,
-                host.os,
-                host.cpu_flags.join(" ")
-            ),
-            "CPU (measured)".into(),
-            host.logical_cpus.to_string(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-        ]);
-    }
-    let unmodelled: Vec<&str> = study_devices
-        .iter()
-        .copied()
-        .filter(|d| !inputs.specs.iter().any(|s| s.id == *d))
-        .filter(|_| inputs.hosts.is_empty())
-        .collect();
-    Table {
-        number: 1,
-        title: "Hardware platforms".into(),
-        columns: [
-            "device",
-            "name",
-            "kind",
-            "cores",
-            "clock (GHz)",
-            "fp32 peak (GFLOP/s)",
-            "memory (GB/s)",
-            "last-level cache (KiB)",
-            "fp16 rate",
-            "int8 rate",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows,
-        footer: format!(
-            "Source: public specifications in data/devices/*.toml (each file cites them). \
-             Measured devices without a specification (listed once a recorded run exists): {}.",
-            if unmodelled.is_empty() {
-                "none".to_string()
-            } else {
-                unmodelled.join(", ")
-            }
-        ),
-    }
-}
-
-/// Tables 2 and 5: each network's size and work, its recorded accuracy,
-/// and what each pruning technique leaves at the chosen level.
-fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Table> {
-    let pruning = [Compression::WeightPruning, Compression::ChannelPruning];
-    let top1 = |model: &str, technique: Compression, level: Option<f64>| {
-        inputs
-            .accuracy
-            .iter()
-            .find(|a| {
-                a.dataset == dataset
-                    && a.model == model
-                    && a.technique == technique
-                    && match (a.level, level) {
-                        (Some(a), Some(b)) => (a - b).abs() < 1e-9,
-                        (None, None) => true,
-                        _ => false,
-                    }
-            })
-            .map_or_else(|| "-".to_string(), |a| a.top1.to_string())
-    };
-    let mut rows = Vec::new();
-    for (d, model) in inputs.study.models() {
-        if d != dataset {
-            continue;
+        let verdicts = self.verdict_table.filter(|(n, _)| tables.contains(n));
+        let checked =
+            (selection == Selection::All || verdicts.is_some()).then(|| self.check(inputs));
+        let mut out = Vec::new();
+        let mut built_tables = Vec::new();
+        for n in tables {
+            let t = match (verdicts, &checked) {
+                (Some((v, verdict_table)), Some(checked)) if v == n => verdict_table(checked),
+                _ => (self.table)(n, inputs)?,
+            };
+            let stem = format!("{}/table{n}", self.table_dir);
+            out.push(Artifact {
+                path: format!("{stem}.md").into(),
+                bytes: t.markdown().into_bytes(),
+            });
+            out.push(Artifact {
+                path: format!("{stem}.csv").into(),
+                bytes: t.csv(),
+            });
+            out.push(Artifact {
+                path: format!("{stem}.tex").into(),
+                bytes: t.latex().into_bytes(),
+            });
+            built_tables.push(t);
         }
-        let net = dlas_zoo::find(d, &model)?;
-        let graph = (net.build)();
-        let mut row = vec![
-            model.clone(),
-            graph.params().to_string(),
-            net.published_params
-                .map_or_else(|| "-".to_string(), |p| p.to_string()),
-            format!("{:.2}", graph.macs() as f64 / 1e6),
-            graph.weighted_layers().count().to_string(),
-            top1(&model, Compression::Dense, None),
-        ];
-        for technique in pruning {
-            match inputs.sweeps.chosen(d, &model, technique) {
-                Some(p) => row.extend([
-                    dlas_core::plan::format_level(p.level),
-                    inputs
-                        .sweeps
-                        .compression_ratio(p)
-                        .map_or("-".into(), |r| format!("{r:.2}")),
-                    inputs
-                        .sweeps
-                        .macs_left(p)
-                        .map_or("-".into(), |m| format!("{:.1}", 100.0 * m)),
-                    top1(&model, technique, Some(p.level)),
-                ]),
-                None => row.extend(["-".to_string(), "-".into(), "-".into(), "-".into()]),
-            }
+        if let Some(checked) = &checked {
+            out.push(Artifact {
+                path: self.claims_file.into(),
+                bytes: (self.claims_markdown)(checked).into_bytes(),
+            });
         }
-        for technique in [Compression::Fp16, Compression::Int8] {
-            row.push(top1(&model, technique, None));
+        let mut built_figures = Vec::new();
+        for n in figures {
+            let f = (self.figure)(n, inputs)?;
+            let draw_error = |e| anyhow!("cannot draw figure {n}: {e}");
+            let svg = f.svg().map_err(draw_error)?;
+            let png = f.png().map_err(draw_error)?;
+            out.push(Artifact {
+                path: format!("{}/figure{n}.svg", self.figure_dir).into(),
+                bytes: svg.clone().into_bytes(),
+            });
+            out.push(Artifact {
+                path: format!("{}/figure{n}.png", self.figure_dir).into(),
+                bytes: png,
+            });
+            built_figures.push((f, svg));
         }
-        row.push(net.reference.to_string());
-        row.push(
-            inputs
-                .accuracy
-                .iter()
-                .find(|a| {
-                    a.dataset == dataset && a.model == model && a.technique == Compression::Dense
-                })
-                .map_or_else(|| "-".to_string(), |a| a.source.clone()),
-        );
-        rows.push(row);
-    }
-    let mut columns: Vec<String> = [
-        "model",
-        "params",
-        "published params",
-        "MACs (M)",
-        "conv+linear layers",
-        "dense top-1 (%)",
-    ]
-    .map(String::from)
-    .to_vec();
-    for technique in pruning {
-        for column in [
-            "level",
-            "compression ratio (x)",
-            "MACs left (%)",
-            "top-1 (%)",
-        ] {
-            columns.push(format!("{technique} {column}"));
+        if let (Selection::All, Some(checked)) = (selection, &checked) {
+            let page = Page {
+                study: inputs.study,
+                hosts: &inputs.hosts,
+                files: &inputs.file_list(),
+                tables: &built_tables,
+                verdict_table: self.verdict_table.map(|(n, _)| n),
+                figures: &built_figures,
+                claims: checked,
+                observations: &(self.observations)(),
+                claims_file: self.claims_file,
+                command: self.command,
+                claims_command: self.claims_command,
+            };
+            out.push(Artifact {
+                path: self.page.into(),
+                bytes: page.html().into_bytes(),
+            });
         }
+        Ok(out)
     }
-    columns.extend(
-        [
-            "fp16 top-1 (%)",
-            "int8 top-1 (%)",
-            "definition",
-            "dense top-1 source",
-        ]
-        .map(String::from),
-    );
-    Ok(Table {
-        number,
-        title: format!("{dataset} networks and their compression at the chosen level"),
-        columns,
-        rows,
-        footer: format!(
-            "Source: the zoo's graph IR (crates/dlas-zoo; MACs count convolution and linear multiply-accumulates at batch 1); \
-             pruning at the chosen level: {} (dlas-compress on the zoo's seeded weights; compression ratio = dense over non-zero parameters); \
-             accuracy: data/accuracy/published.csv ('-': not recorded; never estimated). \
-             Output fidelity of each compressed network against dense: `dlas compress MODEL --dataset {dataset} --technique T`. No results enter this table.",
-            crate::compression::sweep_path(&inputs.study.name)
-        ),
-    })
-}
-
-fn inference_time(inputs: &Inputs) -> FigureData {
-    let rows: Vec<&ResultRow> = inputs
-        .results
-        .iter()
-        .filter(|r| {
-            !r.tuned && r.batch == 1 && r.status.has_timing() && r.algorithm != Algorithm::Auto
-        })
-        .collect();
-    let devices: Vec<String> = inputs
-        .study
-        .devices
-        .iter()
-        .map(|d| d.get_ref().clone())
-        .filter(|d| rows.iter().any(|r| &r.device == d))
-        .collect();
-    let mut panels = Vec::new();
-    for device in &devices {
-        let mut groups = Vec::new();
-        let mut keys = Vec::new();
-        for (dataset, model) in inputs.study.models() {
-            for c in &inputs.study.compressions {
-                keys.push((dataset, model.clone(), c.id));
-                groups.push(format!("{dataset}/{model} {}", c.id));
-            }
-        }
-        let series = inputs
-            .study
-            .algorithms
-            .iter()
-            .map(|&algorithm| Series {
-                name: algorithm.to_string(),
-                values: keys
-                    .iter()
-                    .map(|(dataset, model, compression)| {
-                        rows.iter()
-                            .find(|r| {
-                                &r.device == device
-                                    && r.dataset == *dataset
-                                    && &r.model == model
-                                    && r.compression == *compression
-                                    && r.algorithm == algorithm
-                            })
-                            .and_then(|r| r.median_ms)
-                    })
-                    .collect(),
-            })
-            .collect();
-        panels.push(Panel {
-            title: device.clone(),
-            groups,
-            series,
-        });
-    }
-    FigureData {
-        number: 4,
-        title: "Inference time per network, compression and algorithm (untuned, batch 1)".into(),
-        y_label: "median inference time (ms)".into(),
-        log_y: true,
-        body: Body::Bars(panels),
-        footer: footer(inputs, &devices),
-    }
-}
-
-/// The footer of the figures drawn from the native engine's rows.
-fn native_footer(inputs: &Inputs) -> String {
-    let index = analysis::Index::new(inputs.results);
-    let devices: Vec<String> = analysis::devices(inputs, &index)
-        .into_iter()
-        .map(|(d, _)| d)
-        .collect();
-    footer(inputs, &devices)
-}
-
-/// "Source: …" line naming the devices and result files behind a figure.
-pub(crate) fn footer(inputs: &Inputs, devices: &[String]) -> String {
-    let sources: BTreeSet<&str> = inputs
-        .results
-        .iter()
-        .filter(|r| devices.contains(&r.device))
-        .map(|r| r.source.as_str())
-        .collect();
-    format!(
-        "Source: {} ({}); devices: {}.",
-        inputs.file_list(),
-        sources.into_iter().collect::<Vec<_>>().join(", "),
-        devices.join(", ")
-    )
 }

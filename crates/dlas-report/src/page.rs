@@ -5,9 +5,9 @@
 //! The same inputs give the same bytes: nothing on the page depends on the
 //! time or the machine that wrote it.
 
-use crate::catalogue::HostSummary;
 use crate::claims::{self, Checked, Verdict};
 use crate::figure::FigureData;
+use crate::inputs::HostSummary;
 use crate::table::Table;
 use dlas_core::Study;
 use std::fmt::Write;
@@ -19,6 +19,9 @@ pub struct Page<'a> {
     /// The results files behind the page, comma separated.
     pub files: &'a str,
     pub tables: &'a [Table],
+    /// The table of `tables` that shows the verdicts: the page puts it with
+    /// the observations rather than with the other tables.
+    pub verdict_table: Option<usize>,
     /// Each figure's data and its SVG.
     pub figures: &'a [(FigureData, String)],
     pub claims: &'a [Checked],
@@ -155,7 +158,11 @@ impl Page<'_> {
             );
         }
         out.push_str("</section>\n<section id=\"tables\">\n<h2>Tables</h2>\n");
-        for t in self.tables.iter().filter(|t| t.number != 8) {
+        for t in self
+            .tables
+            .iter()
+            .filter(|t| Some(t.number) != self.verdict_table)
+        {
             html_table(&mut out, t);
         }
         out.push_str("</section>\n");
@@ -191,7 +198,11 @@ impl Page<'_> {
             out.push_str("</tr>\n");
         }
         out.push_str("</tbody>\n</table>\n");
-        if let Some(t) = self.tables.iter().find(|t| t.number == 8) {
+        if let Some(t) = self
+            .tables
+            .iter()
+            .find(|t| Some(t.number) == self.verdict_table)
+        {
             html_table(out, t);
         }
         out.push_str("</section>\n");

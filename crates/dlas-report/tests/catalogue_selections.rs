@@ -5,7 +5,7 @@
 mod common;
 
 use common::with_inputs;
-use dlas_report::catalogue::{CLAIMS, FIGURES, PAGE, TABLES};
+use dlas_report::dlas::{CLAIMS, FIGURES, PAGE, TABLES};
 use dlas_report::{Selection, build};
 
 fn paths(selection: Selection) -> Vec<String> {

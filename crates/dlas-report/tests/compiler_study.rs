@@ -2,7 +2,7 @@
 //! number of its tables, every series of its figures and its findings'
 //! verdicts as insta snapshots, and the files each selection writes.
 
-use dlas_core::{Study, results};
+use dlas_core::{Plan, Study, results};
 use dlas_report::compilers::{self, CLAIMS, FIGURES, PAGE, TABLES};
 use dlas_report::compression::Sweeps;
 use dlas_report::{Inputs, ResultsFile, Selection};
@@ -29,8 +29,10 @@ fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         });
     }
     let sweeps = Sweeps::default();
+    let plan = Plan::expand(&study);
     let inputs = Inputs {
         study: &study,
+        plan: &plan,
         results: &rows,
         specs: &specs,
         result_files,
@@ -65,7 +67,7 @@ fn figure_data_series() {
 #[test]
 fn findings_on_the_mocked_devices() {
     with_inputs(|inputs| {
-        let checked = compilers::checked(inputs);
+        let checked = compilers::CATALOGUE.check(inputs);
         insta::assert_yaml_snapshot!("compilers_findings", checked[0].outcomes);
     });
 }
@@ -76,7 +78,7 @@ fn findings_on_the_mocked_devices() {
 #[test]
 fn findings_on_the_recorded_host() {
     with_results(&["data/results/compilers/host.csv"], |inputs| {
-        let checked = compilers::checked(inputs);
+        let checked = compilers::CATALOGUE.check(inputs);
         insta::assert_yaml_snapshot!("compilers_findings_host", checked[0].outcomes);
     });
 }

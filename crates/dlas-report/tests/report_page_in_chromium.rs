@@ -7,8 +7,7 @@
 //! xtask test` leaves them out then and counts them as skipped (`.ci/run`
 //! installs chromium and may skip nothing).
 
-use dlas_report::catalogue::{FIGURES, TABLES};
-use dlas_report::claims;
+use dlas_report::dlas::{FIGURES, TABLES, observations};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -77,7 +76,7 @@ fn problems(dom: &str) -> Vec<String> {
         .nth(1)
         .and_then(|t| t.split("</table>").next())
         .map_or(0, |t| t.matches("<tr>").count());
-    if verdict_rows != 1 + claims::observations().len() {
+    if verdict_rows != 1 + observations::observations().len() {
         problems.push(format!(
             "the verdicts table has {verdict_rows} rows, not a header and one per observation"
         ));

@@ -6,8 +6,8 @@
 mod common;
 
 use common::with_inputs;
-use dlas_report::catalogue::{FIGURES, TABLES, figure, table};
-use dlas_report::claims::{self, Context};
+use dlas_report::claims;
+use dlas_report::dlas::{CATALOGUE, FIGURES, TABLES, figure, observations, table};
 use serde::Serialize;
 
 #[test]
@@ -39,17 +39,13 @@ struct Verdict {
 #[test]
 fn claims_on_the_mocked_devices() {
     with_inputs(|inputs| {
-        let networks = dlas_report::catalogue::networks_of(inputs.study);
-        let kinds = dlas_report::catalogue::device_kinds(inputs.specs);
-        let context = Context {
-            rows: inputs.results,
-            kinds: &kinds,
-            networks: &networks,
-            sweeps: inputs.sweeps,
-            accuracy: inputs.accuracy,
+        // The committed inputs hold one results file, the mocked devices'.
+        let [checked] = &CATALOGUE.check(inputs)[..] else {
+            panic!("one results file")
         };
-        let verdicts: Vec<Verdict> = claims::check_all(&context)
+        let verdicts: Vec<Verdict> = observations::observations()
             .into_iter()
+            .zip(checked.outcomes.clone())
             .map(|(o, outcome)| Verdict {
                 observation: o.numeral,
                 outcome,

@@ -5,11 +5,11 @@
 use crate::facts;
 use crate::project::Project;
 use anyhow::{Context, Result};
+use dlas_core::Plan;
 use dlas_core::results::read_results;
-use dlas_report::catalogue::{device_kinds, networks_of};
-use dlas_report::claims::{self, Checked};
-use dlas_report::compilers::is_compiler_study;
+use dlas_report::claims;
 use dlas_report::compression::{Sweeps, sweep_path};
+use dlas_report::{Inputs, ResultsFile, Selection};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -29,12 +29,13 @@ pub struct Args {
 pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let specs = project.specs()?;
     let study = project.study(&args.study, &specs)?;
-    let compiler_study = is_compiler_study(&study);
+    let catalogue = dlas_report::catalogue_of(&study);
     let published = facts::published(project)?;
-    // The committed sweeps (what `reproduce` wrote), or the study's own;
-    // the compiler study's findings need none.
+    // The committed sweeps (what `reproduce` wrote), or the study's own; a
+    // study whose report draws no compression facts (the compiler study)
+    // has observations that need none.
     let committed = project.root.join(sweep_path(&study.name));
-    let sweeps = if compiler_study {
+    let sweeps = if !catalogue.needs_compression(Selection::All) {
         Sweeps::default()
     } else if committed.is_file() {
         Sweeps::read(&committed)?
@@ -42,39 +43,34 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         facts::sweeps(&study, &published)?
     };
     let accuracy = facts::recorded_accuracy(&published);
-    let networks = networks_of(&study);
-    let kinds = device_kinds(&specs);
-    let mut checked = Vec::new();
+    let mut rows = Vec::new();
+    let mut result_files = Vec::new();
     for path in &args.results {
-        let rows = read_results(path)
+        let file_rows = read_results(path)
             .with_context(|| format!("cannot check the claims on {}", path.display()))?;
-        let context = claims::Context {
-            rows: &rows,
-            kinds: &kinds,
-            networks: &networks,
-            sweeps: &sweeps,
-            accuracy: &accuracy,
-        };
-        checked.push(Checked {
-            file: path.display().to_string(),
-            outcomes: if compiler_study {
-                claims::compilers::check_all(&context)
-                    .into_iter()
-                    .map(|(_, outcome)| outcome)
-                    .collect()
-            } else {
-                claims::check_all(&context)
-                    .into_iter()
-                    .map(|(_, outcome)| outcome)
-                    .collect()
-            },
+        result_files.push(ResultsFile {
+            path: path.display().to_string(),
+            rows: rows.len()..rows.len() + file_rows.len(),
         });
+        rows.extend(file_rows);
     }
-    let text = match (compiler_study, args.markdown) {
-        (true, true) => claims::compilers::markdown(&checked),
-        (true, false) => claims::text_of(&claims::compilers::findings(), &checked),
-        (false, true) => claims::markdown(&checked),
-        (false, false) => claims::text(&checked),
+    let plan = Plan::expand(&study);
+    let inputs = Inputs {
+        study: &study,
+        plan: &plan,
+        results: &rows,
+        specs: &specs,
+        result_files,
+        hosts: vec![],
+        sweeps: &sweeps,
+        layer: None,
+        accuracy: &accuracy,
+    };
+    let checked = catalogue.check(&inputs);
+    let text = if args.markdown {
+        (catalogue.claims_markdown)(&checked)
+    } else {
+        claims::text_of(&(catalogue.observations)(), &checked)
     };
     print!("{text}");
     Ok(ExitCode::SUCCESS)

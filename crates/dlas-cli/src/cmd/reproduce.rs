@@ -6,8 +6,7 @@ use crate::cmd::run::mocked_results;
 use crate::facts;
 use crate::project::Project;
 use anyhow::{Result, bail};
-use dlas_core::{Filter, results};
-use dlas_report::catalogue::needs_compression;
+use dlas_core::{Filter, Plan, results};
 use dlas_report::compression::{Sweeps, layer_path, sweep_path};
 use dlas_report::{Artifact, HostSummary, Inputs, ResultsFile, Selection};
 use std::path::PathBuf;
@@ -36,6 +35,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let started = std::time::Instant::now();
     let specs = project.specs()?;
     let study = project.study(&args.study, &specs)?;
+    let catalogue = dlas_report::catalogue_of(&study);
     let selection = match (args.figure, args.table) {
         (Some(n), None) => Selection::Figure(n),
         (None, Some(n)) => Selection::Table(n),
@@ -100,7 +100,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     // compresses) and written beside the results so the committed files
     // are checked like everything else.
     let published = facts::published(project)?;
-    let (sweeps, layer) = if needs_compression(&study, selection) {
+    let (sweeps, layer) = if catalogue.needs_compression(selection) {
         let sweeps = facts::sweeps(&study, &published)?;
         let layer = facts::layer(&study, &published)?;
         artifacts.push(Artifact {
@@ -116,8 +116,11 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         (Sweeps::default(), None)
     };
     let accuracy = facts::recorded_accuracy(&published);
+    // The report reads the plan; it never expands one.
+    let plan = Plan::expand(&study);
     let inputs = Inputs {
         study: &study,
+        plan: &plan,
         results: &rows,
         specs: &specs,
         result_files: files,
@@ -126,7 +129,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         layer: layer.as_ref(),
         accuracy: &accuracy,
     };
-    artifacts.extend(dlas_report::build(&inputs, selection)?);
+    artifacts.extend(catalogue.build(&inputs, selection)?);
     let mut differing = Vec::new();
     for artifact in &artifacts {
         let path = project.root.join(&artifact.path);

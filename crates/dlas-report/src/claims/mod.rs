@@ -1,12 +1,15 @@
-//! The study's thirteen observations as checks that run on any results.
+//! Observations as checks that run on any results: the verdicts, the
+//! evidence, the words of degree and their rendering. Each study states its
+//! own observations with this machinery (the DLAS study's thirteen in
+//! `dlas/observations/`, the compiler study's findings in
+//! `compilers/findings.rs`); nothing here knows a particular study.
 //!
-//! Each observation is a predicate over a results set (the native engine's
-//! batch-1 medians: the algorithm axis) and, where it speaks of accuracy or
-//! of what pruning should save, over recorded accuracies and the pruning
-//! sweeps. A check says whether the observation holds, does not hold, or
-//! cannot be tested on the data, with the numbers it rests on and the
-//! devices whose rows entered, so a reviewer can put the study's claims to
-//! their own hardware's numbers (`dlas claims`).
+//! An observation is a predicate over a results set and, where it speaks of
+//! accuracy or of what pruning should save, over recorded accuracies and
+//! the pruning sweeps. A check says whether the observation holds, does not
+//! hold, or cannot be tested on the data, with the numbers it rests on and
+//! the devices whose rows entered, so a reviewer can put the study's claims
+//! to their own hardware's numbers (`dlas claims`).
 //!
 //! Words of degree have one meaning throughout, fixed from the paper's
 //! wording and not from any results: "generally" and "most" are a strict
@@ -15,19 +18,14 @@
 //! [`TOLERANCE`] apart, the run-to-run variation ARTIFACT.md asks a
 //! reviewer to accept; "dramatic" is at least [`DRAMATIC`] times.
 
-mod algorithms;
 pub mod cells;
-pub mod compilers;
-mod hardware;
-mod models;
-mod optimizations;
 mod render;
-mod software;
 
-pub use render::{markdown, table, text, text_of};
+pub use render::{devices, sections, statement, text_of};
 
 use crate::compression::{RecordedAccuracy, Sweeps};
-use dlas_core::{Dataset, ResultRow};
+use crate::inputs::Network;
+use dlas_core::ResultRow;
 use dlas_devices::DeviceKind;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -132,16 +130,6 @@ pub enum Wording {
     FromDiscussion,
 }
 
-/// A network's size, from the zoo.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Network {
-    pub dataset: Dataset,
-    pub model: String,
-    pub params: usize,
-    /// What it is made of (the compiler study's findings compare kinds).
-    pub architecture: crate::compilers::Architecture,
-}
-
 /// What the checks read besides results.
 pub struct Context<'a> {
     pub rows: &'a [ResultRow],
@@ -160,7 +148,7 @@ impl Context<'_> {
 
 /// One observation of the study and its check.
 pub struct Observation {
-    /// Its numeral in the paper (I to XIII).
+    /// Its numeral in the paper (I to XIII; C1 to C3 for the compiler study).
     pub numeral: &'static str,
     /// The layer of the stack it is about.
     pub layer: &'static str,
@@ -170,34 +158,14 @@ pub struct Observation {
     pub source: &'static str,
     /// The predicate, in words.
     pub predicate: &'static str,
-    check: fn(&Context) -> Outcome,
+    /// The predicate itself.
+    pub check: fn(&Context) -> Outcome,
 }
 
 impl Observation {
     pub fn check(&self, context: &Context) -> Outcome {
         (self.check)(context)
     }
-}
-
-/// The thirteen observations, in the paper's order.
-pub fn observations() -> Vec<Observation> {
-    let mut all = models::observations();
-    all.extend(optimizations::observations());
-    all.extend(algorithms::observations());
-    all.extend(software::observations());
-    all.extend(hardware::observations());
-    all
-}
-
-/// Every observation checked on `context`, in order.
-pub fn check_all(context: &Context) -> Vec<(Observation, Outcome)> {
-    observations()
-        .into_iter()
-        .map(|o| {
-            let outcome = o.check(context);
-            (o, outcome)
-        })
-        .collect()
 }
 
 /// Observations checked on one results file.
@@ -215,7 +183,7 @@ pub(crate) mod fixtures {
     use super::*;
     use crate::compression::SweepPoint;
     use dlas_core::results::Status;
-    use dlas_core::{Algorithm, Compression, Format, Layout};
+    use dlas_core::{Algorithm, Compression, Dataset, Format, Layout};
 
     /// A native batch-1 row.
     pub fn row(
@@ -316,8 +284,10 @@ pub(crate) mod fixtures {
         Sweeps { points }
     }
 
-    /// Runs observation `numeral` on `rows` with the given facts.
-    pub fn verdict_with(
+    /// Runs the observation of `all` numbered `numeral` on `rows` with the
+    /// given facts.
+    pub fn verdict_in(
+        all: &[Observation],
         numeral: &str,
         rows: &[ResultRow],
         networks: &[Network],
@@ -332,16 +302,10 @@ pub(crate) mod fixtures {
             sweeps,
             accuracy,
         };
-        let o = observations()
-            .into_iter()
+        all.iter()
             .find(|o| o.numeral == numeral)
-            .expect("a numeral of the study");
-        o.check(&context)
-    }
-
-    /// Runs observation `numeral` on `rows` alone.
-    pub fn verdict(numeral: &str, rows: &[ResultRow]) -> Outcome {
-        verdict_with(numeral, rows, &[], &Sweeps::default(), &[])
+            .expect("a numeral of the study")
+            .check(&context)
     }
 }
 
@@ -350,31 +314,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn thirteen_observations_in_order() {
-        let numerals: Vec<&str> = observations().iter().map(|o| o.numeral).collect();
-        assert_eq!(
-            numerals,
-            [
-                "I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII", "XIII"
-            ]
-        );
-    }
-
-    #[test]
     fn conjunction_of_verdicts() {
         use Verdict::*;
         assert_eq!(Holds.and(Holds), Holds);
         assert_eq!(Holds.and(CannotBeTested), CannotBeTested);
         assert_eq!(CannotBeTested.and(DoesNotHold), DoesNotHold);
         assert_eq!(Holds.and(DoesNotHold), DoesNotHold);
-    }
-
-    #[test]
-    fn nothing_to_count_is_untestable_everywhere() {
-        for o in observations() {
-            let outcome = fixtures::verdict(o.numeral, &[]);
-            assert_eq!(outcome.verdict, Verdict::CannotBeTested, "{}", o.numeral);
-            assert!(outcome.devices.is_empty(), "{}", o.numeral);
-        }
     }
 }

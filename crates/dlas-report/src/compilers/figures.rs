@@ -2,12 +2,11 @@
 //! throughput of compiled against uncompiled graphs, from results rows.
 
 use super::{Curves, Net, PAIRS, block_of, devices_with_rows, reversals, whole_networks};
-use crate::catalogue::{Inputs, footer};
 use crate::claims::cells::num;
 use crate::figure::{Body, FigureData, LinePanel, LineSeries, Panel, Series};
+use crate::inputs::{Inputs, footer, study_path};
 use crate::metrics::{self, Metrics};
 use crate::table::Table;
-use dlas_core::Plan;
 use dlas_devices::GraphCompiler;
 use std::collections::BTreeSet;
 
@@ -16,7 +15,7 @@ const BATCH: usize = 1;
 
 /// Table 1: the devices, their resources, and the compilers compared on each.
 pub fn devices_and_compilers(inputs: &Inputs) -> Table {
-    let plan = Plan::expand(inputs.study);
+    let plan = inputs.plan;
     let mut rows = Vec::new();
     for device in &inputs.study.devices {
         let id = device.get_ref();
@@ -97,7 +96,7 @@ pub fn devices_and_compilers(inputs: &Inputs) -> Table {
             "Source: public specifications in data/devices/*.toml (each file cites them) and the study file {}. \
              eager and vendor are the graph-compiler model of the mocked devices (crates/dlas-devices/src/compiler.rs, docs/devices.md); \
              the host's runtimes are measured. No results enter this table.",
-            crate::illustrations::study_path(inputs)
+            study_path(inputs)
         ),
     }
 }

@@ -2,11 +2,11 @@
 //! from the zoo's IR), the benchmark flow (3, from the study file and its
 //! plan) and the iterative refinement loop (4).
 
-use super::{Architecture, block_of, config};
-use crate::catalogue::Inputs;
+use super::{block_of, config};
 use crate::figure::{Body, FigureData, StackLayer};
+use crate::inputs::{Architecture, Inputs, study_path};
 use anyhow::Result;
-use dlas_core::{Plan, ResultRow};
+use dlas_core::ResultRow;
 use dlas_zoo::{Graph, Op};
 use std::collections::BTreeSet;
 
@@ -103,7 +103,7 @@ pub fn organization_figure(inputs: &Inputs) -> Result<FigureData> {
 /// Figure 3: the benchmark flow, from the study file and its plan.
 pub fn flow(inputs: &Inputs) -> FigureData {
     let study = inputs.study;
-    let plan = Plan::expand(study);
+    let plan = inputs.plan;
     let devices: Vec<String> = study.devices.iter().map(|d| d.get_ref().clone()).collect();
     let coordinator = vec![
         format!(
@@ -184,7 +184,7 @@ pub fn flow(inputs: &Inputs) -> FigureData {
         body: Body::Stack(layers),
         footer: format!(
             "Source: the study file {}, its plan, the device specifications in data/devices/ and the results files named in the Results band.",
-            crate::illustrations::study_path(inputs)
+            study_path(inputs)
         ),
     }
 }
@@ -253,7 +253,7 @@ pub fn refinement(inputs: &Inputs) -> FigureData {
         body: Body::Stack(layers),
         footer: format!(
             "The loop runs from the last band back to the first. Source: the study file {} and the zoo's graph IR; no results enter this figure.",
-            crate::illustrations::study_path(inputs)
+            study_path(inputs)
         ),
     }
 }

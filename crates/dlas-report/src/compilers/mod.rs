@@ -4,22 +4,23 @@
 //! checked in `paper-tables/compilers/claims.md` and its own report page,
 //! `figures/compilers/index.html`.
 //!
-//! A study named `compilers` gets this catalogue; every other study gets the
-//! DLAS catalogue (`catalogue.rs`), which stays the default.
+//! A study named `compilers` gets this catalogue ([`crate::catalogue_of`]);
+//! every other study gets the DLAS catalogue (`dlas/`), which stays the
+//! default.
 
 mod figures;
+pub mod findings;
 mod illustrations;
 
-use crate::catalogue::{Artifact, Inputs, Selection};
-use crate::claims::{self, Checked, Context};
-use crate::compression::Sweeps;
+use crate::catalogue::Catalogue;
+use crate::claims::TOLERANCE;
+use crate::claims::cells::num;
 use crate::figure::FigureData;
+use crate::inputs::Inputs;
 use crate::metrics::Curve;
 use crate::table::Table;
 use anyhow::{Result, bail};
 use dlas_core::{Compression, Dataset, ResultRow, Study};
-use dlas_zoo::Graph;
-use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The name of the study this catalogue reports.
@@ -36,10 +37,24 @@ pub const CLAIMS: &str = "paper-tables/compilers/claims.md";
 /// Its report page.
 pub const PAGE: &str = "figures/compilers/index.html";
 
-/// Whether `study` is reported with this catalogue.
-pub fn is_compiler_study(study: &Study) -> bool {
-    study.name == STUDY
-}
+/// The compiler study's catalogue.
+pub static CATALOGUE: Catalogue = Catalogue {
+    tables: TABLES,
+    figures: FIGURES,
+    table_dir: TABLE_DIR,
+    figure_dir: FIGURE_DIR,
+    claims_file: CLAIMS,
+    page: PAGE,
+    command: "cargo xtask reproduce --study compilers --all",
+    claims_command: "dlas claims --study compilers FILE...",
+    verdict_table: None,
+    compression_tables: &[],
+    compression_figures: &[],
+    table,
+    figure,
+    observations: findings::findings,
+    claims_markdown: findings::markdown,
+};
 
 /// The (baseline, compiled) configurations the study compares, by the
 /// labels of [`config`].
@@ -56,39 +71,6 @@ pub fn config(row: &ResultRow) -> String {
         format!("native {}", if row.tuned { "tuned" } else { "untuned" })
     } else {
         row.compiler.clone()
-    }
-}
-
-/// What a network is made of, read from the zoo's operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Architecture {
-    /// Convolutions, batch norm and element-wise operators only.
-    Cnn,
-    /// Convolutions with layer normalisation and no attention (ConvNeXt).
-    ModernCnn,
-    /// Self-attention.
-    Transformer,
-}
-
-impl Architecture {
-    pub fn of(graph: &Graph) -> Architecture {
-        let kinds = graph.op_histogram();
-        if kinds.contains_key("Attention") {
-            Architecture::Transformer
-        } else if kinds.contains_key("LayerNorm") {
-            Architecture::ModernCnn
-        } else {
-            Architecture::Cnn
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Architecture::Cnn => "CNN",
-            Architecture::ModernCnn => "modern CNN",
-            Architecture::Transformer => "transformer",
-        }
     }
 }
 
@@ -169,7 +151,7 @@ pub struct Reversal {
 
 impl Reversal {
     pub fn describe(&self) -> String {
-        let [b1, b2, c1, c2] = self.throughputs.map(crate::claims::cells::num);
+        let [b1, b2, c1, c2] = self.throughputs.map(num);
         format!(
             "on {} {} beats {} uncompiled ({b1} vs {b2} samples/s with {}) and loses compiled ({c1} vs {c2} with {})",
             self.device, self.first.1, self.second.1, self.baseline, self.compiled
@@ -180,7 +162,7 @@ impl Reversal {
 /// Every pair of `models` whose ranking at `batch` flips between a
 /// baseline and its compiled configuration on `device`, by more than the
 /// run-to-run tolerance: the first network's lead uncompiled times the
-/// second's lead compiled exceeds [`crate::claims::TOLERANCE`], so two
+/// second's lead compiled exceeds [`TOLERANCE`], so two
 /// networks within noise of each other do not count as a reversal.
 pub fn reversals(curves: &Curves, device: &str, models: &[Net], batch: usize) -> Vec<Reversal> {
     let mut out = Vec::new();
@@ -204,9 +186,7 @@ pub fn reversals(curves: &Curves, device: &str, models: &[Net], batch: usize) ->
                     continue;
                 };
                 let [lead_before, behind_before, lead_after, behind_after] = throughputs;
-                if (lead_before / behind_before) * (behind_after / lead_after)
-                    <= crate::claims::TOLERANCE
-                {
+                if (lead_before / behind_before) * (behind_after / lead_after) <= TOLERANCE {
                     continue;
                 }
                 out.push(Reversal {
@@ -241,108 +221,6 @@ pub fn devices_with_rows(inputs: &Inputs) -> Vec<String> {
         .map(|d| d.get_ref().clone())
         .filter(|d| inputs.results.iter().any(|r| &r.device == d))
         .collect()
-}
-
-/// The findings checked on each results file on its own.
-pub fn checked(inputs: &Inputs) -> Vec<Checked> {
-    let networks = crate::catalogue::networks_of(inputs.study);
-    let kinds = crate::catalogue::device_kinds(inputs.specs);
-    let sweeps = Sweeps::default();
-    inputs
-        .result_files
-        .iter()
-        .map(|f| {
-            let context = Context {
-                rows: &inputs.results[f.rows.clone()],
-                kinds: &kinds,
-                networks: &networks,
-                sweeps: &sweeps,
-                accuracy: &[],
-            };
-            Checked {
-                file: f.path.clone(),
-                outcomes: claims::compilers::check_all(&context)
-                    .into_iter()
-                    .map(|(_, outcome)| outcome)
-                    .collect(),
-            }
-        })
-        .collect()
-}
-
-/// Builds the selected artifacts of the compiler study.
-pub fn build(inputs: &Inputs, selection: Selection) -> Result<Vec<Artifact>> {
-    let (tables, figures): (Vec<usize>, Vec<usize>) = match selection {
-        Selection::All => (TABLES.to_vec(), FIGURES.to_vec()),
-        Selection::Table(n) if TABLES.contains(&n) => (vec![n], vec![]),
-        Selection::Figure(n) if FIGURES.contains(&n) => (vec![], vec![n]),
-        Selection::Table(n) => {
-            bail!("the compiler study has no table {n}; tables: {TABLES:?}")
-        }
-        Selection::Figure(n) => {
-            bail!("the compiler study has no figure {n}; figures: {FIGURES:?}")
-        }
-    };
-    let mut out = Vec::new();
-    let mut built_tables = Vec::new();
-    for n in tables {
-        let t = table(n, inputs)?;
-        let stem = format!("{TABLE_DIR}/table{n}");
-        out.push(Artifact {
-            path: format!("{stem}.md").into(),
-            bytes: t.markdown().into_bytes(),
-        });
-        out.push(Artifact {
-            path: format!("{stem}.csv").into(),
-            bytes: t.csv(),
-        });
-        out.push(Artifact {
-            path: format!("{stem}.tex").into(),
-            bytes: t.latex().into_bytes(),
-        });
-        built_tables.push(t);
-    }
-    let checked = (selection == Selection::All).then(|| checked(inputs));
-    if let Some(checked) = &checked {
-        out.push(Artifact {
-            path: CLAIMS.into(),
-            bytes: claims::compilers::markdown(checked).into_bytes(),
-        });
-    }
-    let mut built_figures = Vec::new();
-    for n in figures {
-        let f = figure(n, inputs)?;
-        let draw_error = |e| anyhow::anyhow!("cannot draw figure {n}: {e}");
-        let svg = f.svg().map_err(draw_error)?;
-        out.push(Artifact {
-            path: format!("{FIGURE_DIR}/figure{n}.svg").into(),
-            bytes: svg.clone().into_bytes(),
-        });
-        out.push(Artifact {
-            path: format!("{FIGURE_DIR}/figure{n}.png").into(),
-            bytes: f.png().map_err(draw_error)?,
-        });
-        built_figures.push((f, svg));
-    }
-    if let Some(checked) = &checked {
-        let page = crate::page::Page {
-            study: inputs.study,
-            hosts: &inputs.hosts,
-            files: &inputs.file_list(),
-            tables: &built_tables,
-            figures: &built_figures,
-            claims: checked,
-            observations: &claims::compilers::findings(),
-            claims_file: CLAIMS,
-            command: "cargo xtask reproduce --study compilers --all",
-            claims_command: "dlas claims --study compilers FILE...",
-        };
-        out.push(Artifact {
-            path: PAGE.into(),
-            bytes: page.html().into_bytes(),
-        });
-    }
-    Ok(out)
 }
 
 /// Table `n` of the compiler study as data.
@@ -437,11 +315,5 @@ mod tests {
             curves.at("i7", &net(Dataset::Imagenet), "native tuned", 1),
             None
         );
-    }
-
-    #[test]
-    fn architectures_come_from_operators() {
-        let g = (dlas_zoo::find(Dataset::Imagenet, "resnet50").unwrap().build)();
-        assert_eq!(Architecture::of(&g), Architecture::Cnn);
     }
 }

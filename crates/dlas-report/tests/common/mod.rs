@@ -1,7 +1,7 @@
 //! The committed inputs of the report, as `reproduce` passes them: the
 //! mocked results, the compression facts and the recorded accuracies.
 
-use dlas_core::{Study, results};
+use dlas_core::{Plan, Study, results};
 use dlas_report::compression::{LayerSlice, RecordedAccuracy, Sweeps, layer_path, sweep_path};
 use dlas_report::{Inputs, ResultsFile};
 use std::path::{Path, PathBuf};
@@ -37,8 +37,10 @@ pub fn with_inputs(f: impl FnOnce(&Inputs)) {
     let sweeps = Sweeps::read(&root.join(sweep_path("dlas"))).unwrap();
     let layer = LayerSlice::read(&root.join(layer_path("dlas"))).unwrap();
     let accuracy = accuracy(&root);
+    let plan = Plan::expand(&study);
     let inputs = Inputs {
         study: &study,
+        plan: &plan,
         results: &rows,
         specs: &specs,
         result_files: vec![ResultsFile {

@@ -1,10 +1,10 @@
 //! Figures 1 to 3: the acceleration stack as the study file declares it,
 //! compression on one real layer, and the pruning sweeps of every network.
 
-use crate::catalogue::Inputs;
 use crate::compression::{LayerSlice, SweepPoint};
 use crate::figure::{Body, FigureData, LinePanel, LineSeries, MatrixPanel, StackLayer};
-use dlas_core::{Compression, Plan};
+use crate::inputs::{Inputs, study_path};
+use dlas_core::Compression;
 
 /// Figure 1: the six layers of the stack with the values the study perturbs.
 pub fn stack(inputs: &Inputs) -> FigureData {
@@ -112,7 +112,7 @@ pub fn stack(inputs: &Inputs) -> FigureData {
         values,
     })
     .to_vec();
-    let plan = Plan::expand(s);
+    let plan = inputs.plan;
     FigureData {
         number: 1,
         title: format!(
@@ -130,15 +130,6 @@ pub fn stack(inputs: &Inputs) -> FigureData {
             plan.total_before_rules,
             s.rules.len()
         ),
-    }
-}
-
-/// The study file's path relative to the project, as the footers name it.
-pub(crate) fn study_path(inputs: &Inputs) -> String {
-    let path = inputs.study.path.to_string_lossy().replace('\\', "/");
-    match path.find("data/studies/") {
-        Some(at) => path[at..].to_string(),
-        None => path,
     }
 }
 

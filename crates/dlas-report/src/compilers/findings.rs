@@ -1,11 +1,14 @@
 //! The compiler study's findings (`../shared/papers/ngraphbench-abstract.txt`)
 //! as checks on its results: throughput curves of each baseline and
-//! compiled configuration ([`crate::compilers::PAIRS`]), with the words of
-//! degree of `claims/mod.rs`.
+//! compiled configuration ([`super::PAIRS`]), with the words of degree of
+//! `claims/mod.rs`.
 
-use super::cells::{Tally, num};
-use super::{Checked, Context, Observation, Outcome, Part, TOLERANCE, Verdict, Wording};
-use crate::compilers::{Architecture, Curves, Net, block_of, reversals};
+use super::{Curves, Net, block_of, reversals};
+use crate::claims::cells::{Tally, num};
+use crate::claims::{
+    Checked, Context, Observation, Outcome, Part, TOLERANCE, Verdict, Wording, sections,
+};
+use crate::inputs::Architecture;
 use std::fmt::Write;
 
 /// The batch size at which rankings and block-level gains are compared.
@@ -42,17 +45,6 @@ pub fn findings() -> Vec<Observation> {
             check: deeper_gains_more,
         },
     ]
-}
-
-/// Every finding checked on `context`, in order.
-pub fn check_all(context: &Context) -> Vec<(Observation, Outcome)> {
-    findings()
-        .into_iter()
-        .map(|o| {
-            let outcome = o.check(context);
-            (o, outcome)
-        })
-        .collect()
 }
 
 fn architecture(context: &Context, net: &Net) -> Option<Architecture> {
@@ -305,15 +297,15 @@ pub fn markdown(checked: &[Checked]) -> String {
          batch norm and element-wise operators.\n",
         100.0 * (TOLERANCE - 1.0)
     );
-    super::render::sections(&mut out, &findings(), checked);
+    sections(&mut out, &findings(), checked);
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::claims::Network;
     use crate::compression::Sweeps;
+    use crate::inputs::Network;
     use dlas_core::results::Status;
     use dlas_core::{Algorithm, Compression, Dataset, Format, Layout, ResultRow};
     use std::collections::BTreeMap;

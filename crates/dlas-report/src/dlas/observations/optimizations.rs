@@ -1,7 +1,7 @@
 //! Observations IV to VI: model optimizations (layer 3 of the stack).
 
-use super::cells::{Cells, Key, Tally, median, num};
-use super::{Context, Observation, Outcome, Part, TOLERANCE, Verdict, Wording};
+use crate::claims::cells::{Cells, Key, Tally, median, num};
+use crate::claims::{Context, Observation, Outcome, Part, TOLERANCE, Verdict, Wording};
 use dlas_core::{Compression, Dataset};
 use std::collections::{BTreeMap, BTreeSet};
 

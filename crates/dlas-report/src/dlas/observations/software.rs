@@ -1,8 +1,8 @@
 //! Observations XI and XII: systems software, i.e. what tuning brings
 //! (layer 5 of the stack).
 
-use super::cells::{Cells, Key, Tally, median, num};
-use super::{Context, DRAMATIC, Observation, Outcome, Part, Verdict, Wording};
+use crate::claims::cells::{Cells, Key, Tally, median, num};
+use crate::claims::{Context, DRAMATIC, Observation, Outcome, Part, Verdict, Wording};
 use dlas_core::Compression;
 use std::collections::BTreeSet;
 

@@ -1,7 +1,7 @@
 //! Observations I to III: datasets and models (layers 1 and 2 of the stack).
 
-use super::cells::{Cells, Tally, median, num, spearman};
-use super::{Context, Observation, Outcome, Part, Verdict, Wording};
+use crate::claims::cells::{Cells, Tally, median, num, spearman};
+use crate::claims::{Context, Observation, Outcome, Part, Verdict, Wording};
 use crate::compression::RecordedAccuracy;
 use dlas_core::{Compression, Dataset};
 use std::collections::BTreeMap;
@@ -241,10 +241,10 @@ fn size_and_accuracy(context: &Context) -> Outcome {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Network;
     use super::super::fixtures::{cell, sweeps, verdict, verdict_with};
     use super::*;
     use crate::compression::Sweeps;
+    use crate::inputs::Network;
 
     fn acc(dataset: Dataset, model: &str, technique: Compression, top1: f64) -> RecordedAccuracy {
         RecordedAccuracy {
@@ -345,7 +345,7 @@ mod tests {
                 dataset: Dataset::Cifar10,
                 model: m.into(),
                 params: p,
-                architecture: crate::compilers::Architecture::Cnn,
+                architecture: crate::inputs::Architecture::Cnn,
             })
             .into();
         let nets = [

@@ -1,7 +1,7 @@
 //! Observation XIII: hardware (layer 6 of the stack).
 
-use super::cells::{Cells, Key, Tally};
-use super::{Context, Observation, Outcome, Part, Verdict, Wording};
+use crate::claims::cells::{Cells, Key, Tally};
+use crate::claims::{Context, Observation, Outcome, Part, Verdict, Wording};
 
 /// The study's pairs of platforms of one kind: (expected faster, slower).
 /// The claim names these devices, so results without them cannot test it.

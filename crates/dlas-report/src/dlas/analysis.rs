@@ -3,8 +3,8 @@
 //! against achieved speedups, and what tuning brings. Only the native
 //! engine's rows (the algorithm axis) at batch 1 enter.
 
-use crate::catalogue::Inputs;
 use crate::figure::{Body, FigureData, Heatmap, Panel, Point, ScatterPanel, ScatterSeries, Series};
+use crate::inputs::{Inputs, footer};
 use crate::table::Table;
 use dlas_core::{Algorithm, Compression, Dataset, ResultRow};
 use dlas_devices::DeviceKind;
@@ -341,4 +341,79 @@ pub fn tuning_speedup(inputs: &Inputs, footer: String) -> FigureData {
         body: Body::Bars(panels),
         footer,
     }
+}
+
+/// Figure 4: each device's untuned batch-1 times per network, compression
+/// and algorithm.
+pub fn inference_time(inputs: &Inputs) -> FigureData {
+    let rows: Vec<&ResultRow> = inputs
+        .results
+        .iter()
+        .filter(|r| {
+            !r.tuned && r.batch == 1 && r.status.has_timing() && r.algorithm != Algorithm::Auto
+        })
+        .collect();
+    let devices: Vec<String> = inputs
+        .study
+        .devices
+        .iter()
+        .map(|d| d.get_ref().clone())
+        .filter(|d| rows.iter().any(|r| &r.device == d))
+        .collect();
+    let mut panels = Vec::new();
+    for device in &devices {
+        let mut groups = Vec::new();
+        let mut keys = Vec::new();
+        for (dataset, model) in inputs.study.models() {
+            for c in &inputs.study.compressions {
+                keys.push((dataset, model.clone(), c.id));
+                groups.push(format!("{dataset}/{model} {}", c.id));
+            }
+        }
+        let series = inputs
+            .study
+            .algorithms
+            .iter()
+            .map(|&algorithm| Series {
+                name: algorithm.to_string(),
+                values: keys
+                    .iter()
+                    .map(|(dataset, model, compression)| {
+                        rows.iter()
+                            .find(|r| {
+                                &r.device == device
+                                    && r.dataset == *dataset
+                                    && &r.model == model
+                                    && r.compression == *compression
+                                    && r.algorithm == algorithm
+                            })
+                            .and_then(|r| r.median_ms)
+                    })
+                    .collect(),
+            })
+            .collect();
+        panels.push(Panel {
+            title: device.clone(),
+            groups,
+            series,
+        });
+    }
+    FigureData {
+        number: 4,
+        title: "Inference time per network, compression and algorithm (untuned, batch 1)".into(),
+        y_label: "median inference time (ms)".into(),
+        log_y: true,
+        body: Body::Bars(panels),
+        footer: footer(inputs, &devices),
+    }
+}
+
+/// The footer of the figures drawn from the native engine's rows.
+pub fn native_footer(inputs: &Inputs) -> String {
+    let index = Index::new(inputs.results);
+    let devices: Vec<String> = devices(inputs, &index)
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    footer(inputs, &devices)
 }

@@ -1,7 +1,7 @@
 //! Observations VII to X: algorithms and data formats (layer 4 of the stack).
 
-use super::cells::{Cells, Key, Tally, median, num};
-use super::{Context, Observation, Outcome, Part, RARELY, TOLERANCE, Verdict, Wording};
+use crate::claims::cells::{Cells, Key, Tally, median, num};
+use crate::claims::{Context, Observation, Outcome, Part, RARELY, TOLERANCE, Verdict, Wording};
 use dlas_core::{Algorithm, Compression};
 use dlas_devices::DeviceKind;
 use std::collections::BTreeMap;
