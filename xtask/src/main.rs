@@ -6,8 +6,8 @@
 mod flake;
 mod lock;
 mod setup;
-mod tidy;
 mod system;
+mod tidy;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};

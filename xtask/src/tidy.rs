@@ -50,7 +50,8 @@ pub fn run(root: &Path) -> Result<()> {
 pub fn check(root: &Path) -> Result<Vec<String>> {
     let arch = root.join("docs/ARCHITECTURE.md");
     let table = parse_table(
-        &std::fs::read_to_string(&arch).with_context(|| format!("cannot read {}", arch.display()))?,
+        &std::fs::read_to_string(&arch)
+            .with_context(|| format!("cannot read {}", arch.display()))?,
     )
     .with_context(|| format!("{}: the crate table", arch.display()))?;
     let mut problems = Vec::new();
@@ -86,7 +87,11 @@ pub fn check(root: &Path) -> Result<Vec<String>> {
         }
         for file in rust_files(dir)? {
             let text = std::fs::read_to_string(&file)?;
-            let shown = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+            let shown = file
+                .strip_prefix(root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
             problems.extend(check_file(&shown, &text));
         }
         problems.extend(
@@ -104,7 +109,9 @@ pub fn parse_table(markdown: &str) -> Result<BTreeMap<String, Row>> {
         !l.replace(' ', "")
             .starts_with("|Crate|Purpose|Maydependon|Testsmayalsouse|")
     });
-    lines.next().context("no `| Crate | Purpose | May depend on | Tests may also use |` table")?;
+    lines
+        .next()
+        .context("no `| Crate | Purpose | May depend on | Tests may also use |` table")?;
     lines.next().context("the table has no separator line")?;
     let mut rows = BTreeMap::new();
     for line in lines.take_while(|l| l.starts_with('|')) {
@@ -265,7 +272,10 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
         for entry in std::fs::read_dir(&d)? {
             let path = entry?.path();
             if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != "target" && n != "snapshots") {
+                if path
+                    .file_name()
+                    .is_some_and(|n| n != "target" && n != "snapshots")
+                {
                     stack.push(path);
                 }
             } else if path.extension().is_some_and(|e| e == "rs") {
@@ -340,7 +350,10 @@ fn module_path(rel: &Path) -> Vec<String> {
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
@@ -540,7 +553,11 @@ mod tests {
     fn a_dependency_the_table_does_not_allow_is_a_violation() {
         let table = parse_table(TABLE).unwrap();
         let ok = "[package]\nname = \"dlas-report\"\n[dependencies]\ndlas-core.workspace = true\nserde = \"1\"\n";
-        assert!(check_manifest(&table["dlas-report"], ok).unwrap().is_empty());
+        assert!(
+            check_manifest(&table["dlas-report"], ok)
+                .unwrap()
+                .is_empty()
+        );
         let planted = format!("{ok}dlas-onnx.workspace = true\n");
         let problems = check_manifest(&table["dlas-report"], &planted).unwrap();
         assert_eq!(problems.len(), 1, "{problems:?}");
@@ -586,7 +603,10 @@ mod tests {
             ("lib.rs", "//! Root.\n"),
             ("a.rs", "//! A.\nuse crate::{b::Thing, c};\n"),
             ("b/mod.rs", "//! B.\nfn f() { crate::c::g() }\n"),
-            ("c.rs", "//! C.\nuse crate::a::{self, X};\n#[cfg(test)]\nmod tests { use crate::b; }\n"),
+            (
+                "c.rs",
+                "//! C.\nuse crate::a::{self, X};\n#[cfg(test)]\nmod tests { use crate::b; }\n",
+            ),
         ]);
         assert_eq!(
             loops(&three),
@@ -596,7 +616,10 @@ mod tests {
         let tests_only = modules(&[
             ("a.rs", "//! A.\nuse crate::b;\n"),
             ("b.rs", "//! B.\nuse crate::c;\n"),
-            ("c.rs", "//! C.\n#[cfg(test)]\nmod tests { use crate::a; }\n"),
+            (
+                "c.rs",
+                "//! C.\n#[cfg(test)]\nmod tests { use crate::a; }\n",
+            ),
         ]);
         assert!(loops(&tests_only).is_empty());
     }
@@ -613,6 +636,9 @@ mod tests {
         );
         let m = vec!["x".to_string(), "y".to_string()];
         assert_eq!(absolute(&m, &segments("super::z")), Some(segments("x::z")));
-        assert_eq!(absolute(&m, &segments("super::super::z")), Some(segments("z")));
+        assert_eq!(
+            absolute(&m, &segments("super::super::z")),
+            Some(segments("z"))
+        );
     }
 }

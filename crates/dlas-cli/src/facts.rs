@@ -145,7 +145,8 @@ fn sweep_network(
 
 /// The study's pruning: global L1 weights, or L1 channels zeroed in place.
 fn prune(graph: &Graph, dense: &Weights, technique: Compression, level: f64) -> Result<Weights> {
-    study_pruning(graph, dense, technique, level).with_context(|| format!("cannot prune {} by {technique} at {level}", graph.name))
+    study_pruning(graph, dense, technique, level)
+        .with_context(|| format!("cannot prune {} by {technique} at {level}", graph.name))
 }
 
 /// The layer of Figure 2: in the study's first zoo network, the first

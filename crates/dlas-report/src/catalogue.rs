@@ -15,6 +15,9 @@ use crate::page::Page;
 use crate::table::Table;
 use anyhow::{Result, anyhow};
 
+/// Builds a verdict table from the checked observations.
+pub type VerdictTable = fn(&[Checked]) -> Table;
+
 /// What one study reports and where it goes.
 pub struct Catalogue {
     /// The tables, by number.
@@ -38,7 +41,7 @@ pub struct Catalogue {
     /// observations rather than by [`Catalogue::table`] (the DLAS study's
     /// Table 8); selecting it checks the observations and writes the
     /// claims file.
-    pub verdict_table: Option<(usize, fn(&[Checked]) -> Table)>,
+    pub verdict_table: Option<(usize, VerdictTable)>,
     /// The tables drawn from the compression facts, which take seconds to
     /// compute; the CLI computes them only for these.
     pub compression_tables: &'static [usize],

@@ -18,7 +18,7 @@
 
 pub use dlas_zoo::qdq::{ActivationQuant, Qdq, WeightQuant};
 use dlas_zoo::weights::{Params, Weights};
-use dlas_zoo::{Attention, Graph, Op, Shape};
+use dlas_zoo::{Graph, Op};
 use prost::Message;
 use tract_onnx::pb::{
     self, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,

@@ -12,7 +12,7 @@ use dlas_zoo::{Attention, Shape};
 impl GraphOut {
     /// Elements `start..end` of `x` along `axis`, into tensor `out` (a
     /// name of its own under `prefix` when `None`); returns the name.
-    fn slice(
+    pub(super) fn slice(
         &mut self,
         prefix: &str,
         x: &str,
