@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Compilers this build can plan for: the native engine, the runtimes and
 /// the graph compilers of the mocked devices (`eager`, `vendor`).
 pub fn compilers() -> Vec<String> {
-    std::iter::once("native")
+    std::iter::once(dlas_core::NATIVE)
         .chain(dlas_backends::COMPILERS.iter().copied())
         .chain(dlas_devices::GraphCompiler::IDS)
         .map(String::from)

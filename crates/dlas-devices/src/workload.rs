@@ -225,7 +225,7 @@ mod tests {
             algorithm: Algorithm::Direct,
             format: Format::Dense,
             layout: Layout::Nchw,
-            compiler: "native".into(),
+            compiler: dlas_core::NATIVE.into(),
             tuned: false,
             device: "i7".into(),
             batch: 1,

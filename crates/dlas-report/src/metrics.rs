@@ -83,7 +83,7 @@ pub fn baseline_of(compiler: &str, tuned: bool) -> Option<(&'static str, bool)> 
     match (compiler, tuned) {
         ("ort-opt", _) => Some(("ort-noopt", false)),
         ("tract-opt", _) => Some(("tract-plain", false)),
-        ("native", true) => Some(("native", false)),
+        (dlas_core::NATIVE, true) => Some((dlas_core::NATIVE, false)),
         ("vendor", _) => Some(("eager", false)),
         _ => None,
     }
@@ -125,7 +125,7 @@ pub fn metrics(rows: &[ResultRow]) -> Vec<Metrics> {
             .add(r.batch, ms);
     }
     let name = |c: &str, tuned: bool| {
-        if c == "native" {
+        if c == dlas_core::NATIVE {
             format!("native {}", if tuned { "tuned" } else { "untuned" })
         } else {
             c.to_string()

@@ -52,7 +52,7 @@ pub fn crosscheck(
         }
         for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
             let native = Combination {
-                compiler: "native".into(),
+                compiler: dlas_core::NATIVE.into(),
                 algorithm,
                 ..c.clone()
             };

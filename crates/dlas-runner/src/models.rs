@@ -114,7 +114,7 @@ impl Models {
 /// quantises or halves an fp32 model itself, while the runtimes read the fp16
 /// or QDQ file.
 pub fn model_file_of(c: &Combination) -> Combination {
-    if c.compiler == "native" && !c.compression.is_pruning() {
+    if c.is_native() && !c.compression.is_pruning() {
         Combination {
             compression: Compression::Dense,
             level: 0.0,

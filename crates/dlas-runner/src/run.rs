@@ -55,7 +55,7 @@ fn unavailable(
     ort: &Result<String, String>,
     tuned: &Result<Tuned, String>,
 ) -> Option<String> {
-    if c.compiler == "native"
+    if c.is_native()
         && c.tuned
         && c.compression != Compression::Int8
         && let Err(e) = tuned
@@ -102,7 +102,7 @@ pub fn run_host(
         ),
         ("seed".into(), config.seed.to_string()),
     ];
-    let tuned = if todo.iter().any(|c| c.compiler == "native" && c.tuned) {
+    let tuned = if todo.iter().any(|c| c.is_native() && c.tuned) {
         Tuned::load(&config.tuning, config.foreign_tuning).map_err(|e| format!("{e:#}"))
     } else {
         Err("no tuned combination selected".into())
@@ -191,7 +191,7 @@ fn measure_one(
         threads: config.threads,
         half_io: c.compression == Compression::Fp16,
     };
-    let loaded = if c.compiler == "native" {
+    let loaded = if c.is_native() {
         crate::native::load(&path, c, config.threads, tuned.as_ref().ok())
     } else {
         dlas_backends::load(&c.compiler, &path, &session_config)

@@ -113,7 +113,7 @@ pub fn tasks(
     let mut seen = HashSet::new();
     let mut tasks = Vec::new();
     for c in combinations {
-        if c.compiler != "native" || !c.tuned {
+        if !c.is_native() || !c.tuned {
             continue;
         }
         if c.compression == Compression::Int8 {

@@ -157,7 +157,7 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
             ));
         }
         for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
-            let c = combination("native", algorithm, Compression::Dense);
+            let c = combination(dlas_core::NATIVE, algorithm, Compression::Dense);
             let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
             timed.push((
                 format!("native {algorithm}"),
@@ -174,7 +174,7 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
             median(measure(session.as_mut(), &input, protocol)?),
         ));
         // The engine quantises the fp32 file itself (as `dlas run` does).
-        let c = combination("native", Algorithm::Gemm, Compression::Int8);
+        let c = combination(dlas_core::NATIVE, Algorithm::Gemm, Compression::Int8);
         let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
         timed.push((
             "native gemm int8".into(),

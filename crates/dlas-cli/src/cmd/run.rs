@@ -86,9 +86,9 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     if !args.batch.is_empty() {
         study.protocol.batch = args.batch.clone();
     }
-    let mut filter_text = args.filter.clone();
+    let mut filter = Filter::parse(&args.filter)?;
     if let Some(compilers) = &args.compiler {
-        filter_text = format!("{filter_text},compiler={}", compilers.replace(',', "|"));
+        filter = filter.require("compiler", compilers.split(','))?;
     }
     let host = match args.device.as_str() {
         "mock" => false,
@@ -103,14 +103,13 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
                     );
                 }
             }
-            filter_text = format!("{filter_text},device={}", list.replace(',', "|"));
+            filter = filter.require("device", list.split(','))?;
             false
         }
     };
     if host {
-        filter_text = format!("{filter_text},device={HOST}");
+        filter = filter.require("device", [HOST])?;
     }
-    let filter = Filter::parse(&filter_text)?;
     filter.check(&study)?;
     let mut plan = Plan::expand(&study).filtered(&filter);
     if let Some(shard) = args.shard {

@@ -71,10 +71,10 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     }
     let specs = project.specs()?;
     let study = project.study(&args.study, &specs)?;
-    let filter = Filter::parse(&format!(
-        "{},device={HOST},compiler=native,tuned=true",
-        args.filter
-    ))?;
+    let filter = Filter::parse(&args.filter)?
+        .require("device", [HOST])?
+        .require("compiler", [dlas_core::NATIVE])?
+        .require("tuned", ["true"])?;
     filter.check(&study)?;
     let plan = Plan::expand(&study).filtered(&filter);
     let dir = project.results_dir(&study);
@@ -223,7 +223,7 @@ pub fn bench(
             protocol,
         )?);
         for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
-            let tuned_c = combination("native", algorithm, true);
+            let tuned_c = combination(dlas_core::NATIVE, algorithm, true);
             let config = TuneConfig {
                 project_root: project.root.clone(),
                 records: records.clone(),
@@ -237,7 +237,7 @@ pub fn bench(
             let report = tuning::tune_host(&study, std::slice::from_ref(&tuned_c), &config)?;
             let search_s = started.elapsed().as_secs_f64();
             let tuned = Tuned::load(&best, false)?;
-            let untuned_c = combination("native", algorithm, false);
+            let untuned_c = combination(dlas_core::NATIVE, algorithm, false);
             let load = |c: &Combination, t: Option<&Tuned>| {
                 dlas_runner::native::load(&path, c, threads, t)
             };

@@ -24,7 +24,7 @@ pub fn devices_and_compilers(inputs: &Inputs) -> Table {
             .iter()
             .filter(|c| &c.device == id)
             .map(|c| {
-                if c.compiler == "native" {
+                if c.is_native() {
                     format!("native {}", if c.tuned { "tuned" } else { "untuned" })
                 } else {
                     c.compiler.clone()

@@ -131,7 +131,7 @@ pub fn flow(inputs: &Inputs) -> FigureData {
                 .iter()
                 .filter(|c| &c.device == id)
                 .map(|c| {
-                    if c.compiler == "native" {
+                    if c.is_native() {
                         format!("native {}", if c.tuned { "tuned" } else { "untuned" })
                     } else {
                         c.compiler.clone()

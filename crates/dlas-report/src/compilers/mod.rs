@@ -67,7 +67,7 @@ pub const PAIRS: [(&str, &str); 4] = [
 
 /// A row's configuration: its compiler, with the native engine's tuning.
 pub fn config(row: &ResultRow) -> String {
-    if row.compiler == "native" {
+    if row.compiler == dlas_core::NATIVE {
         format!("native {}", if row.tuned { "tuned" } else { "untuned" })
     } else {
         row.compiler.clone()
