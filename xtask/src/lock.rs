@@ -3,6 +3,13 @@
 //! `data/models.lock` pins the ONNX files that `dlas zoo export-all` writes
 //! into `.cache/models` (they are regenerated, never committed);
 //! `data/files.lock` pins every other file under `data/`.
+//!
+//! A model may have more than one locked line: the int8 QDQ files take
+//! their scales from calibration ranges that tract computes with its f32
+//! kernels, which round differently with AVX-512 and with AVX2, so a scale
+//! can differ in its last bit between machines. Each such build is listed
+//! (with a comment saying which CPU made it), and a generated file must
+//! match one of its path's lines; `--update` writes this machine's lines only.
 
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
@@ -35,7 +42,12 @@ pub fn verify(root: &Path, update: bool) -> Result<()> {
             continue;
         }
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        for line in diff(&committed, &expected) {
+        let mismatches = if lock == MODELS_LOCK {
+            diff_variants(&committed, &expected)
+        } else {
+            diff(&committed, &expected)
+        };
+        for line in mismatches {
             failures.push(format!("{lock}: {line}"));
         }
     }
@@ -71,6 +83,36 @@ fn diff(committed: &str, expected: &str) -> Vec<String> {
     out
 }
 
+/// Like [`diff`], but a path may have several locked lines, and a generated
+/// line matches if its hash is any of them.
+fn diff_variants(committed: &str, expected: &str) -> Vec<String> {
+    let split = |l: &str| l.split_once("  ").map(|(h, p)| (h.to_string(), p.to_string()));
+    let mut locked: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (hash, path) in committed
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(split)
+    {
+        locked.entry(path).or_default().push(hash);
+    }
+    let generated: Vec<(String, String)> = expected
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(split)
+        .collect();
+    let mut out: Vec<String> = generated
+        .iter()
+        .filter(|(hash, path)| !locked.get(path).is_some_and(|h| h.contains(hash)))
+        .map(|(hash, path)| format!("expected {hash}  {path}"))
+        .collect();
+    for (path, hashes) in &locked {
+        if !generated.iter().any(|(_, p)| p == path) {
+            out.extend(hashes.iter().map(|h| format!("locked   {h}  {path}")));
+        }
+    }
+    out
+}
+
 /// `sha256  path` for every file under data/ except the lock files, sorted by path.
 fn hash_data_files(root: &Path) -> Result<String> {
     let mut paths = Vec::new();
@@ -101,4 +143,24 @@ fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_matches_any_of_its_locked_builds_and_nothing_else() {
+        let locked = "# header\naaa  m/x.onnx\nbbb  m/x.onnx\nccc  m/y.onnx\n";
+        assert!(diff_variants(locked, "bbb  m/x.onnx\nccc  m/y.onnx\n").is_empty());
+        assert!(diff_variants(locked, "aaa  m/x.onnx\nccc  m/y.onnx\n").is_empty());
+        assert_eq!(
+            diff_variants(locked, "ddd  m/x.onnx\nccc  m/y.onnx\n"),
+            vec!["expected ddd  m/x.onnx"]
+        );
+        assert_eq!(
+            diff_variants(locked, "aaa  m/x.onnx\n"),
+            vec!["locked   ccc  m/y.onnx"]
+        );
+    }
 }
