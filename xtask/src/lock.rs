@@ -86,7 +86,10 @@ fn diff(committed: &str, expected: &str) -> Vec<String> {
 /// Like [`diff`], but a path may have several locked lines, and a generated
 /// line matches if its hash is any of them.
 fn diff_variants(committed: &str, expected: &str) -> Vec<String> {
-    let split = |l: &str| l.split_once("  ").map(|(h, p)| (h.to_string(), p.to_string()));
+    let split = |l: &str| {
+        l.split_once("  ")
+            .map(|(h, p)| (h.to_string(), p.to_string()))
+    };
     let mut locked: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for (hash, path) in committed
         .lines()
