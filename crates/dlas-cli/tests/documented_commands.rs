@@ -60,6 +60,10 @@ const MAPPINGS: &[(&str, Exercised)] = &[
     ),
     ("cargo xtask flake", Xtask("flake")),
     (
+        "cargo xtask tidy",
+        Test("xtask/src/tidy.rs", "tidy_passes_on_this_tree"),
+    ),
+    (
         "cargo xtask crosscheck",
         LongRunning(
             RUNTIMES_RS,
