@@ -26,6 +26,11 @@ struct Cli {
 enum Command {
     /// Expand a study into its combinations.
     Plan(cmd::plan::Args),
+    /// The devices: list their specifications, calibrate this machine as one.
+    #[command(subcommand)]
+    Devices(cmd::devices::Command),
+    /// The device model against this machine's measured rows: per-row ratios, error per group.
+    Validate(cmd::validate::Args),
     /// The model zoo: list networks, export ONNX files.
     #[command(subcommand)]
     Zoo(cmd::zoo::Command),
@@ -69,6 +74,8 @@ fn main() -> ExitCode {
         project::Project::locate(cli.root.as_deref()).and_then(|project| match cli.command {
             Command::Plan(args) => cmd::plan::run(&project, &args),
             Command::Zoo(command) => cmd::zoo::run(&project, &command),
+            Command::Devices(command) => cmd::devices::run(&project, &command),
+            Command::Validate(args) => cmd::validate::run(&project, &args),
             Command::Run(args) => cmd::run::run(&project, &args),
             Command::Tune(args) => cmd::tune::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),

@@ -7,6 +7,7 @@
 pub mod append;
 pub mod atomic;
 pub mod axes;
+pub mod calibration;
 pub mod environment;
 pub mod filter;
 pub mod plan;

@@ -8,15 +8,17 @@
 //! same [`Device`] trait in later work.
 
 pub mod compiler;
+pub mod efficiency;
 pub mod mock;
 pub mod run;
 pub mod spec;
 pub mod workload;
 
 pub use compiler::GraphCompiler;
+pub use efficiency::Efficiency;
 pub use mock::MockDevice;
-pub use run::{MockProtocol, is_mocked, run_mocked};
-pub use spec::{DeviceKind, DeviceSpec, load_specs};
+pub use run::{MockProtocol, is_mocked, predict_measured, run_mocked};
+pub use spec::{DeviceKind, DeviceSpec, Origin, load_calibrated, load_specs};
 pub use workload::{Kernel, KernelKind, Workload};
 
 use dlas_core::Combination;

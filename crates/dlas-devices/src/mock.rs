@@ -1,34 +1,39 @@
 //! The mocked devices' performance model.
 //!
 //! Each kernel takes `max(compute, memory) + launch`:
-//! - compute: MACs over the rate the schedule can reach on this device. An
-//!   untuned schedule (thread parallelism only, as the study's minimal TVM
-//!   schedules) runs scalar code; its reductions are a loop-carried chain, so
-//!   direct and GEMM issue one FMA per FMA latency, while spatial pack's
-//!   packed channel block gives independent FMAs. A tuned schedule
-//!   vectorises, with the lanes it cannot fill lost, and parallelises every
-//!   outer loop. Sparse kernels load an input and an output per FMA and are
-//!   bound by load ports; untuned, they reduce over a row's non-zeros as a chain. On a GPU the rate is the fraction of lanes that the
-//!   available threads can keep busy (Little's law: lanes x FMA latency threads).
-//! - memory: bytes over DRAM bandwidth; compulsory traffic plus what the
-//!   algorithm adds (GEMM's im2col buffer, spatial pack's packed input, CSR's
-//!   indices) and, for untiled (untuned) loops whose operand exceeds the
-//!   last-level cache, the re-reads the loop order implies.
-//! - launch: the device's fixed cost per kernel or parallel region.
+//! - compute, CPU: MACs (the non-zero ones, sparse) over the device's peak
+//!   for the cores the kernel's outer loop keeps busy, times the efficiency
+//!   the native engine's kernel class reaches on a layer of that shape
+//!   (`efficiency.rs`: curves fitted to layer micro-benchmarks of the
+//!   calibrated machine, never to a network's time). Version 1 derived the
+//!   rate from issue-rate arguments (scalar chains untuned, full vectors
+//!   tuned); measured on the host it was wrong by up to 10x and ordered the
+//!   algorithms wrongly, so version 2 measures what kernels reach instead.
+//! - compute, GPU: the fraction of lanes that the available threads can
+//!   keep busy (Little's law: lanes x FMA latency threads); untuned threads
+//!   run their reduction as a dependent chain. Not validated: no GPU has
+//!   been measured.
+//! - memory: compulsory bytes (inputs, outputs, weights; CSR's indices) over
+//!   DRAM bandwidth; on a GPU also what the algorithm adds (im2col, packed
+//!   inputs) and, untuned, an input fetch per MAC. On a CPU the algorithm's
+//!   own traffic is part of the measured efficiency.
+//! - launch: the device's fixed cost per kernel or parallel region (on the
+//!   calibrated machine, the engine's measured cost per layer).
 //!
-//! Every input is a specification from `data/devices/*.toml` or a count
-//! from the workload; no coefficient is fitted. `docs/devices.md` documents
-//! the model and its (not yet measured) error.
+//! `docs/devices.md` documents the model and its error measured on the host
+//! (`dlas validate`).
 
 use crate::compiler::GraphCompiler;
+use crate::efficiency::{Features, class_of, peak_macs};
 use crate::spec::{DeviceKind, DeviceSpec};
 use crate::workload::{Kernel, KernelKind, Workload};
 use crate::{Device, Unsupported};
+use dlas_core::calibration::{KernelFamily, Precision};
 use dlas_core::{Algorithm, Combination, Compression};
 use rand_distr::{Distribution, LogNormal};
 
 /// Bumped whenever the model's equations change; recorded in every result row.
-pub const MODEL_VERSION: u32 = 1;
+pub const MODEL_VERSION: u32 = 2;
 
 /// A device whose time comes from [`DeviceSpec`] through the model above.
 #[derive(Debug, Clone)]
@@ -71,15 +76,24 @@ impl MockDevice {
                 c.compiler
             )));
         }
-        let kernels = w
+        let mut kernels = w
             .kernels
             .iter()
-            .map(|k| (k.name.clone(), self.kernel_seconds(c, w, k)))
-            .collect();
+            .map(|k| Ok((k.name.clone(), self.kernel_seconds(c, w, k)?)))
+            .collect::<Result<Vec<_>, Unsupported>>()?;
+        // The calibrated machine's own engine has a fixed cost per run.
+        if let (Some(_), Some(e)) = (&self.spec.measured, &self.spec.efficiency) {
+            kernels.push(("run".into(), e.run_seconds));
+        }
         Ok(Prediction { kernels })
     }
 
-    fn kernel_seconds(&self, c: &Combination, w: &Workload, k: &Kernel) -> f64 {
+    fn kernel_seconds(
+        &self,
+        c: &Combination,
+        w: &Workload,
+        k: &Kernel,
+    ) -> Result<f64, Unsupported> {
         let s = &self.spec;
         let batch = w.batch as f64;
         let value_bytes = w.compression.value_bytes();
@@ -89,7 +103,7 @@ impl MockDevice {
         let out_channels = match &k.kind {
             KernelKind::Conv(conv) => conv.out_channels,
             KernelKind::Linear | KernelKind::MatMul => k.output_elems as usize,
-            KernelKind::Memory => return io_bytes / dram + launch,
+            KernelKind::Memory => return Ok(io_bytes / dram + launch),
         };
         let sparse = c.format.is_sparse();
         let macs = k.macs * batch * if sparse { k.density } else { 1.0 };
@@ -99,21 +113,86 @@ impl MockDevice {
         } else {
             k.weight_elems * value_bytes
         };
+        if s.kind == DeviceKind::Cpu {
+            let rate = self.cpu_mac_rate(c, w, k, out_channels)?;
+            let memory = (io_bytes + weight_bytes) / dram;
+            return Ok((macs / rate).max(memory) + launch);
+        }
         let (extra_bytes, extra_launches) = self.algorithm_traffic(c, k, batch, value_bytes);
         let bytes = io_bytes + weight_bytes + extra_bytes;
-        let rate = match s.kind {
-            DeviceKind::Cpu => self.cpu_mac_rate(c, k, out_channels, w.batch),
-            DeviceKind::Gpu => self.gpu_mac_rate(c, k, w.batch),
-        } * dtype_rate(s, w.compression);
-        let memory = match (s.kind, c.tuned) {
+        let rate = self.gpu_mac_rate(c, k, w.batch) * dtype_rate(s, w.compression);
+        let memory = if c.tuned {
+            bytes
+        } else {
             // An untuned GPU kernel reads its operands through the caches per
             // MAC: each MAC fetches an input value (and an index when sparse).
-            (DeviceKind::Gpu, false) => {
-                bytes.max(macs * (value_bytes + if sparse { 4.0 } else { 0.0 }))
-            }
-            _ => bytes,
+            bytes.max(macs * (value_bytes + if sparse { 4.0 } else { 0.0 }))
         };
-        (macs / rate).max(memory / dram) + launch * (1.0 + extra_launches)
+        Ok((macs / rate).max(memory / dram) + launch * (1.0 + extra_launches))
+    }
+
+    /// MACs per second the engine's kernel reaches on one CPU kernel: the
+    /// device's peak for the cores its output channels keep busy, times the
+    /// calibrated efficiency of the kernel class on this shape.
+    fn cpu_mac_rate(
+        &self,
+        c: &Combination,
+        w: &Workload,
+        k: &Kernel,
+        out_channels: usize,
+    ) -> Result<f64, Unsupported> {
+        let efficiency = self.spec.efficiency.as_ref().ok_or_else(|| {
+            Unsupported(format!(
+                "device `{}` has no kernel efficiency curves (`dlas devices calibrate`)",
+                self.spec.id
+            ))
+        })?;
+        let precision = match w.compression {
+            Compression::Fp16 => Precision::F16,
+            Compression::Int8 => Precision::I8,
+            _ => Precision::F32,
+        };
+        let family = match c.algorithm {
+            Algorithm::Direct => KernelFamily::Direct,
+            Algorithm::Gemm => KernelFamily::Gemm,
+            Algorithm::SpatialPack => KernelFamily::SpatialPack,
+            Algorithm::Auto => unreachable!("refused by predict"),
+        };
+        let sparse = c.format.is_sparse();
+        let batch = w.batch as f64;
+        let (features, depthwise) = match &k.kind {
+            KernelKind::Conv(conv) => (
+                Features {
+                    out_channels_per_group: (conv.out_channels / conv.groups) as f64,
+                    out_pixels: (k.out_hw[0] * k.out_hw[1]) as f64 * batch,
+                    reduction: ((conv.in_channels / conv.groups) * conv.kernel * conv.kernel)
+                        as f64,
+                    density: if sparse { k.density } else { 1.0 },
+                },
+                conv.is_depthwise(),
+            ),
+            _ => (
+                Features {
+                    out_channels_per_group: k.output_elems,
+                    out_pixels: batch,
+                    reduction: k.macs / k.output_elems.max(1.0),
+                    density: if sparse { k.density } else { 1.0 },
+                },
+                false,
+            ),
+        };
+        let class = class_of(family, depthwise, sparse, precision, c.tuned);
+        let e = efficiency.of(class, &features).ok_or_else(|| {
+            Unsupported(format!(
+                "the calibration has no curve for kernel class {class}"
+            ))
+        })?;
+        Ok(peak_macs(
+            &self.spec,
+            precision,
+            out_channels * w.batch,
+            self.spec.cores,
+        ) * e)
     }
 
     /// Bytes an algorithm moves beyond compulsory traffic, and extra kernels it launches.
@@ -149,44 +228,6 @@ impl MockDevice {
             }
             Algorithm::Auto => (0.0, 0.0),
         }
-    }
-
-    /// MACs per second a CPU schedule reaches on one kernel.
-    fn cpu_mac_rate(&self, c: &Combination, k: &Kernel, out_channels: usize, batch: usize) -> f64 {
-        let s = &self.spec;
-        let simd = (s.fma_lanes / s.fma_pipes).max(1);
-        // The untuned schedule parallelises the outermost loop (batch x output
-        // channels); a tuned one fuses outer loops until every core has work.
-        let iterations = if c.tuned {
-            batch * out_channels * k.out_hw[0]
-        } else {
-            batch * out_channels
-        };
-        let cores = balanced_cores(iterations, s.cores);
-        let [_, ow] = k.out_hw;
-        let per_core_per_cycle = match (c.format.is_sparse(), c.tuned) {
-            // Sparse: each FMA loads an input and the partial output it updates.
-            (true, true) => {
-                (s.loads_per_cycle as f64 / 2.0).min(s.fma_pipes as f64)
-                    * simd as f64
-                    * lane_fill(ow, simd)
-            }
-            // Untuned sparse code reduces over a row's non-zeros innermost: a
-            // dependent chain, as for dense direct and GEMM.
-            (true, false) => (s.loads_per_cycle as f64 / 2.0).min(1.0 / s.fma_latency as f64),
-            (false, true) => {
-                let vector_dim = match c.algorithm {
-                    Algorithm::Direct => ow,
-                    _ => out_channels,
-                };
-                s.fma_lanes as f64 * lane_fill(vector_dim, simd)
-            }
-            (false, false) => match c.algorithm {
-                Algorithm::SpatialPack => s.fma_pipes as f64,
-                _ => 1.0 / s.fma_latency as f64,
-            },
-        };
-        cores * per_core_per_cycle * s.clock_ghz * 1e9
     }
 
     /// MACs per second on a GPU: lanes kept busy by one thread per output.

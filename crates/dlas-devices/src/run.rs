@@ -140,3 +140,53 @@ fn measure_densities(graph: &Graph, technique: Compression, level: f64) -> Resul
         })
         .collect())
 }
+
+/// The model's time for each measured row of `rows` that runs the native
+/// engine, as the calibrated machine `host` predicts it: `(index into rows,
+/// predicted ms)`. This is exactly what the mocked devices compute (the
+/// same workload, densities and equations), without the noise. Rows the
+/// model does not cover are left out: runtimes' own kernels (algorithm
+/// `auto`), rows without a time, and models outside the zoo.
+pub fn predict_measured(rows: &[ResultRow], host: &DeviceSpec) -> Result<Vec<(usize, f64)>> {
+    let device = MockDevice::new(host.clone());
+    let mut graphs: HashMap<(Dataset, String), Graph> = HashMap::new();
+    let mut out = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        if !row.status.has_timing()
+            || row.compiler != dlas_core::NATIVE
+            || row.algorithm == dlas_core::Algorithm::Auto
+        {
+            continue;
+        }
+        let Ok(network) = dlas_zoo::find(row.dataset, &row.model) else {
+            continue;
+        };
+        let graph = graphs
+            .entry((row.dataset, row.model.clone()))
+            .or_insert_with(|| (network.build)());
+        let level: f64 = row.level.parse().unwrap_or(0.0);
+        let c = Combination {
+            dataset: row.dataset,
+            model: row.model.clone(),
+            compression: row.compression,
+            level,
+            algorithm: row.algorithm,
+            format: row.format,
+            layout: row.layout,
+            compiler: row.compiler.clone(),
+            tuned: row.tuned,
+            device: host.id.clone(),
+            batch: row.batch,
+        };
+        let densities = if c.compression.is_pruning() {
+            Some(pruned_densities(graph, c.compression, level)?)
+        } else {
+            None
+        };
+        let workload = Workload::new(graph, &c, densities.as_ref());
+        if let Ok(p) = device.predict(&c, &workload) {
+            out.push((i, p.total_seconds() * 1e3));
+        }
+    }
+    Ok(out)
+}

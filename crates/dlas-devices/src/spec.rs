@@ -1,8 +1,22 @@
 //! Device specifications: public figures of a platform, read from TOML.
 
+use crate::efficiency::Efficiency;
 use anyhow::{Context, Result, bail};
+use dlas_core::calibration::Machine;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use std::sync::Arc;
+
+/// Where a specification's figures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// Vendor documentation, cited in `sources`: a mocked device.
+    #[default]
+    Specification,
+    /// `dlas devices calibrate` on the machine itself.
+    Measured,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -11,8 +25,9 @@ pub enum DeviceKind {
     Gpu,
 }
 
-/// A platform as its vendor documents it. Every figure is a public
-/// specification (see `sources`); none is fitted to a result.
+/// A platform as its vendor documents it, or as `dlas devices calibrate`
+/// measured it. Every figure is a public specification or a
+/// micro-benchmark (see `sources`); none is fitted to a network's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceSpec {
@@ -52,6 +67,18 @@ pub struct DeviceSpec {
     pub noise_cv: f64,
     /// Where each figure comes from.
     pub sources: Vec<String>,
+    #[serde(default)]
+    pub origin: Origin,
+    /// The environment record of a measured specification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    /// The micro-benchmarks a measured specification's figures come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Machine>,
+    /// The kernel efficiency curves of the calibrated machine, attached by
+    /// [`load_specs`] to every CPU (see `efficiency.rs`).
+    #[serde(skip)]
+    pub efficiency: Option<Arc<Efficiency>>,
 }
 
 impl DeviceSpec {
@@ -97,8 +124,58 @@ impl DeviceSpec {
     }
 }
 
-/// Reads every `*.toml` in `dir`, sorted by id.
+/// The calibrated machine's folder under the devices folder.
+pub const MEASURED_DIR: &str = "measured";
+
+/// Reads every `*.toml` in `dir`, sorted by id, and attaches to every CPU
+/// the efficiency curves fitted to the calibration in `dir/measured`.
 pub fn load_specs(dir: &Path) -> Result<Vec<DeviceSpec>> {
+    let host = load_calibrated(&dir.join(MEASURED_DIR))?;
+    let mut specs = read_specs(dir)?;
+    for spec in specs.iter_mut().filter(|s| s.kind == DeviceKind::Cpu) {
+        spec.efficiency = host.efficiency.clone();
+    }
+    Ok(specs)
+}
+
+/// The calibrated machine: `host.toml` (its measured specification) and
+/// `host-layers.csv` (its layer micro-benchmarks), with the curves fitted.
+pub fn load_calibrated(dir: &Path) -> Result<DeviceSpec> {
+    let path = dir.join("host.toml");
+    let mut host = read_spec(&path).with_context(|| {
+        format!(
+            "the device model needs this machine's calibration ({}); `dlas devices calibrate` writes it",
+            path.display()
+        )
+    })?;
+    if host.origin != Origin::Measured || host.measured.is_none() {
+        bail!(
+            "{}: a calibration must have `origin = \"measured\"` and its `[measured]` micro-benchmarks",
+            path.display()
+        );
+    }
+    let layers = dlas_core::calibration::read_layer_timings(&dir.join("host-layers.csv"))?;
+    host.efficiency = Some(Arc::new(Efficiency::fit(&host, &layers)?));
+    Ok(host)
+}
+
+fn read_spec(path: &Path) -> Result<DeviceSpec> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let spec: DeviceSpec = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
+    spec.check(path)?;
+    if path.file_stem().and_then(|s| s.to_str()) != Some(spec.id.as_str()) {
+        bail!(
+            "{}: the file must be named after its id (`{}.toml`)",
+            path.display(),
+            spec.id
+        );
+    }
+    Ok(spec)
+}
+
+fn read_specs(dir: &Path) -> Result<Vec<DeviceSpec>> {
     let mut specs = Vec::new();
     let entries = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read device folder {}", dir.display()))?;
@@ -107,18 +184,7 @@ pub fn load_specs(dir: &Path) -> Result<Vec<DeviceSpec>> {
         if path.extension().is_none_or(|e| e != "toml") {
             continue;
         }
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let spec: DeviceSpec = toml::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
-        spec.check(&path)?;
-        if path.file_stem().and_then(|s| s.to_str()) != Some(spec.id.as_str()) {
-            bail!(
-                "{}: the file must be named after its id (`{}.toml`)",
-                path.display(),
-                spec.id
-            );
-        }
+        let spec = read_spec(&path)?;
         specs.push(spec);
     }
     specs.sort_by(|a, b| a.id.cmp(&b.id));

@@ -23,6 +23,7 @@ pub mod inputs;
 pub mod metrics;
 pub mod page;
 pub mod table;
+pub mod validation;
 
 pub use catalogue::Catalogue;
 pub use figure::FigureData;

@@ -9,6 +9,7 @@
 //! - [`run`]: the loop over combinations, with failures isolated and progress shown.
 //! - [`tuning`]: `dlas tune` on the host, and tuned schedules applied to tuned runs.
 
+pub mod calibrate;
 pub mod crosscheck;
 pub mod environment;
 pub mod models;

@@ -286,7 +286,12 @@ pub struct GraphBuilder {
 
 impl GraphBuilder {
     pub fn new(name: &str, dataset: Dataset) -> GraphBuilder {
-        let shape = dataset.input_chw();
+        GraphBuilder::with_input(name, dataset, dataset.input_chw())
+    }
+
+    /// A builder whose input is `shape` (C, H, W) rather than the dataset's
+    /// images: single layers timed on their own (`dlas devices calibrate`).
+    pub fn with_input(name: &str, dataset: Dataset, shape: Shape) -> GraphBuilder {
         GraphBuilder {
             graph: Graph {
                 name: name.to_string(),

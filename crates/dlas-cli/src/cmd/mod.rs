@@ -7,11 +7,13 @@ pub mod cluster;
 pub mod compare;
 pub mod compress;
 pub mod crosscheck;
+pub mod devices;
 pub mod metrics;
 pub mod plan;
 pub mod reproduce;
 pub mod run;
 pub mod tune;
+pub mod validate;
 pub mod zoo;
 
 /// Parsers of the protocol's command-line flags, bounded as the study's

@@ -301,6 +301,7 @@ pub fn expected_vs_achieved(
             x_label: "expected speedup: dense MACs / remaining MACs (x)".into(),
             series,
             diagonal: true,
+            band: None,
         }]),
         footer,
     }

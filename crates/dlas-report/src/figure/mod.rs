@@ -63,6 +63,8 @@ pub struct ScatterPanel {
     pub x_label: String,
     pub series: Vec<ScatterSeries>,
     pub diagonal: bool,
+    /// A band of ±this fraction around y = x (drawn with the diagonal).
+    pub band: Option<f64>,
 }
 
 /// A grid of categorical cells (e.g. the best algorithm), coloured by value.
@@ -458,6 +460,7 @@ mod tests {
                 }],
             }],
             diagonal: true,
+            band: None,
         }]);
         assert!(f.svg().unwrap().contains("<circle"));
         f.body = Body::Heatmap(Heatmap {

@@ -39,6 +39,19 @@ where
             .draw_series(LineSeries::new([(low, low), (high, high)], BLACK.mix(0.5)))?
             .label("achieved = expected")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.mix(0.5)));
+        if let Some(band) = panel.band {
+            let style = BLACK.mix(0.3);
+            for factor in [1.0 + band, 1.0 - band] {
+                let line = chart.draw_series(LineSeries::new(
+                    [(low, low * factor), (high, high * factor)],
+                    style,
+                ))?;
+                if factor > 1.0 {
+                    line.label(format!("±{:.0}%", band * 100.0))
+                        .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], style));
+                }
+            }
+        }
     }
     for (si, series) in panel.series.iter().enumerate() {
         let colour = COLOURS[si % COLOURS.len()];

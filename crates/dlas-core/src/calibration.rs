@@ -1,0 +1,248 @@
+//! Calibration records: one kernel of the native engine timed on one layer
+//! shape by `dlas devices calibrate`.
+//!
+//! The device model's efficiency curves are fitted to these records and to
+//! nothing else. The shapes come from a seeded grid, not from the zoo's
+//! networks, and no network timing is ever a record, so every network
+//! measured on the same machine validates the model out of sample.
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::Path;
+
+/// The kernel a layer runs, as far as the device model tells kernels apart:
+/// the study's three algorithms, and the stencil every algorithm uses for
+/// depthwise layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelFamily {
+    Direct,
+    Gemm,
+    SpatialPack,
+    Depthwise,
+}
+
+/// The stored data type of weights and activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    F32,
+    F16,
+    I8,
+}
+
+/// A family of kernels whose efficiency the model describes by one curve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KernelClass {
+    pub family: KernelFamily,
+    /// Weights stored sparse (CSR): the kernel skips zero weights.
+    pub sparse: bool,
+    pub precision: Precision,
+    /// Run with the best schedule found by a search rather than the default.
+    pub tuned: bool,
+}
+
+impl fmt::Display for KernelClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let family = match self.family {
+            KernelFamily::Direct => "direct",
+            KernelFamily::Gemm => "gemm",
+            KernelFamily::SpatialPack => "spatial-pack",
+            KernelFamily::Depthwise => "depthwise",
+        };
+        let precision = match self.precision {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::I8 => "i8",
+        };
+        let format = if self.sparse { "csr" } else { "dense" };
+        let tuned = if self.tuned { "tuned" } else { "untuned" };
+        write!(f, "{family} {format} {precision} {tuned}")
+    }
+}
+
+/// One layer shape timed with one kernel class on the calibrated machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerTiming {
+    pub family: KernelFamily,
+    pub sparse: bool,
+    pub precision: Precision,
+    pub tuned: bool,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub groups: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    /// Input height and width (square).
+    pub in_hw: usize,
+    /// Output height and width (square).
+    pub out_hw: usize,
+    /// Fraction of the weights that are non-zero.
+    pub density: f64,
+    pub threads: usize,
+    pub runs: usize,
+    /// Median time of one run of the layer, microseconds.
+    pub median_us: f64,
+}
+
+impl LayerTiming {
+    pub fn class(&self) -> KernelClass {
+        KernelClass {
+            family: self.family,
+            sparse: self.sparse,
+            precision: self.precision,
+            tuned: self.tuned,
+        }
+    }
+
+    /// Multiply-accumulates of the dense layer.
+    pub fn macs(&self) -> f64 {
+        let per_output = (self.in_channels / self.groups) * self.kernel * self.kernel;
+        (self.out_channels * self.out_hw * self.out_hw * per_output) as f64
+    }
+}
+
+/// One arithmetic peak: an instruction set's kernel on a number of threads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peak {
+    pub isa: String,
+    pub threads: usize,
+    /// Multiply-accumulates per second, in billions.
+    pub gmacs: f64,
+}
+
+/// One data or unified cache of the first CPU, as the kernel lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cache {
+    pub level: u32,
+    pub kib: usize,
+    /// CPUs sharing it (1 for a private cache).
+    pub shared_by: usize,
+}
+
+/// A STREAM triad's working set and the bandwidth it sustained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bandwidth {
+    /// "L1", "L2", "L3" or "DRAM".
+    pub level: String,
+    /// Bytes of the three arrays together, over all threads.
+    pub bytes: usize,
+    pub gbs: f64,
+}
+
+/// The machine-level micro-benchmarks of a calibration, kept in the
+/// measured device specification beside the figures derived from them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub threads: usize,
+    /// fp32 FMA peaks of every instruction set on 1..=threads threads.
+    pub fma: Vec<Peak>,
+    /// The int8 multiply-accumulate peak on 1..=threads threads.
+    pub int8: Vec<Peak>,
+    pub fma_latency_ns: f64,
+    pub caches: Vec<Cache>,
+    pub bandwidth: Vec<Bandwidth>,
+    /// Fork and join of one parallel region of the pool, microseconds.
+    pub region_us: f64,
+    /// The engine's cost per layer beyond the layer's arithmetic, microseconds.
+    pub layer_us: f64,
+    /// The engine's fixed cost per run (input and output handling), microseconds.
+    pub run_us: f64,
+}
+
+/// Reads a calibration's layer timings, with the file and line of any bad row.
+pub fn read_layer_timings(path: &Path) -> Result<Vec<LayerTiming>> {
+    let mut reader = csv::Reader::from_path(path)
+        .with_context(|| format!("cannot read layer timings {}", path.display()))?;
+    let mut rows = Vec::new();
+    for (i, row) in reader.deserialize::<LayerTiming>().enumerate() {
+        let line = i + 2;
+        let row = row.map_err(|e| anyhow::anyhow!("{}:{line}: {e}", path.display()))?;
+        if !(row.median_us.is_finite() && row.median_us > 0.0) {
+            bail!(
+                "{}:{line}: `median_us` is {}; it must be a positive time",
+                path.display(),
+                row.median_us
+            );
+        }
+        if !(row.density > 0.0 && row.density <= 1.0) || row.groups == 0 || row.threads == 0 {
+            bail!(
+                "{}:{line}: `density` must be in (0, 1] and `groups` and `threads` at least 1",
+                path.display()
+            );
+        }
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        bail!("{}: no layer timings", path.display());
+    }
+    Ok(rows)
+}
+
+/// The CSV text of `rows` (written atomically by the caller).
+pub fn layer_timings_csv(rows: &[LayerTiming]) -> Result<Vec<u8>> {
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        writer.serialize(row)?;
+    }
+    Ok(writer.into_inner()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> LayerTiming {
+        LayerTiming {
+            family: KernelFamily::SpatialPack,
+            sparse: true,
+            precision: Precision::F32,
+            tuned: false,
+            in_channels: 16,
+            out_channels: 32,
+            groups: 1,
+            kernel: 3,
+            stride: 1,
+            in_hw: 8,
+            out_hw: 8,
+            density: 0.5,
+            threads: 2,
+            runs: 20,
+            median_us: 12.5,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_errors_name_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("layers.csv");
+        let rows = vec![
+            timing(),
+            LayerTiming {
+                median_us: 3.0,
+                ..timing()
+            },
+        ];
+        std::fs::write(&path, layer_timings_csv(&rows).unwrap()).unwrap();
+        assert_eq!(read_layer_timings(&path).unwrap(), rows);
+        assert_eq!(rows[0].macs(), (32 * 64 * 16 * 9) as f64);
+        assert_eq!(rows[0].class().to_string(), "spatial-pack csr f32 untuned");
+
+        let bad = vec![
+            timing(),
+            LayerTiming {
+                median_us: -1.0,
+                ..timing()
+            },
+        ];
+        std::fs::write(&path, layer_timings_csv(&bad).unwrap()).unwrap();
+        let error = read_layer_timings(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("layers.csv:3") && error.contains("median_us"),
+            "{error}"
+        );
+        std::fs::write(&path, "family\n").unwrap();
+        assert!(read_layer_timings(&path).is_err());
+    }
+}

@@ -1,0 +1,386 @@
+//! Layer micro-benchmarks: the native engine's kernels timed one layer at a
+//! time on a seeded grid of shapes, the only data the device model's
+//! efficiency curves are fitted to.
+//!
+//! The shapes are drawn from value sets (channels, sizes, kernels, strides),
+//! not copied from the zoo's networks, so that the networks are an
+//! out-of-sample test of the fitted curves. Each layer is a one-layer graph
+//! (convolution, batch norm, ReLU) compiled by the engine as a network's
+//! layer is, so it runs the same lowering, packing, epilogue and thread
+//! pool. Sparse layers are pruned by magnitude to a drawn density; tuned
+//! layers take the fastest of the default schedule and a seeded sample of
+//! the schedule space (a small stand-in for the tuner's search).
+
+use anyhow::{Context, Result};
+use dlas_core::calibration::{KernelFamily, LayerTiming, Precision};
+use dlas_core::{Dataset, Layout};
+use dlas_engine::{DType, Engine, EngineConfig, FormatChoice, KernelAlgorithm};
+use dlas_zoo::weights::{Params, Weights};
+use dlas_zoo::{Graph, GraphBuilder, Op};
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+/// Seed of the shape grid and of the schedule samples.
+pub const GRID_SEED: u64 = 0xca1b_2026;
+
+/// A layer shape of the grid.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shape {
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub groups: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub in_hw: usize,
+    pub density: f64,
+}
+
+impl Shape {
+    fn out_hw(&self) -> usize {
+        (self.in_hw + 2 * (self.kernel / 2) - self.kernel) / self.stride + 1
+    }
+
+    fn macs(&self) -> f64 {
+        let k = (self.in_channels / self.groups) * self.kernel * self.kernel;
+        (self.out_channels * self.out_hw().pow(2) * k) as f64
+    }
+}
+
+/// How much of the grid to time: `shapes` per class, `schedules` sampled
+/// per tuned layer.
+#[derive(Debug, Clone, Copy)]
+pub struct Extent {
+    pub shapes: usize,
+    pub schedules: usize,
+}
+
+/// The grid: `n` shapes of regular convolutions and `n` depthwise ones,
+/// each under a cap on multiply-accumulates so that no untuned layer takes
+/// seconds.
+pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED);
+    let channels = [8, 16, 24, 32, 48, 64, 96, 128, 160, 256, 384, 512];
+    let sizes = [4, 7, 8, 14, 16, 28, 32, 56];
+    let densities = [0.1, 0.2, 0.35, 0.5, 0.7];
+    let mut regular = Vec::new();
+    while regular.len() < n {
+        let shape = Shape {
+            in_channels: *channels.choose(&mut rng).expect("values"),
+            out_channels: *channels.choose(&mut rng).expect("values"),
+            groups: 1,
+            kernel: if rng.random_bool(0.5) { 3 } else { 1 },
+            stride: if rng.random_bool(0.2) { 2 } else { 1 },
+            in_hw: *sizes.choose(&mut rng).expect("values"),
+            density: *densities.choose(&mut rng).expect("values"),
+        };
+        if (1e5..=1.2e8).contains(&shape.macs()) {
+            regular.push(shape);
+        }
+    }
+    let mut depthwise = Vec::new();
+    let dw_channels = [16, 32, 64, 96, 144, 192, 384, 576, 960];
+    while depthwise.len() < n {
+        let c = *dw_channels.choose(&mut rng).expect("values");
+        let shape = Shape {
+            in_channels: c,
+            out_channels: c,
+            groups: c,
+            kernel: if rng.random_bool(0.25) { 5 } else { 3 },
+            stride: if rng.random_bool(0.3) { 2 } else { 1 },
+            in_hw: *[4, 7, 8, 14, 16, 28, 32, 56, 112]
+                .choose(&mut rng)
+                .expect("values"),
+            density: *densities.choose(&mut rng).expect("values"),
+        };
+        if (1e4..=2e7).contains(&shape.macs()) {
+            depthwise.push(shape);
+        }
+    }
+    (regular, depthwise)
+}
+
+/// A kernel class to time, as the engine is configured for it.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    family: KernelFamily,
+    sparse: bool,
+    precision: Precision,
+    tuned: bool,
+    /// Timed on the depthwise grid: the depthwise stencil, and the direct
+    /// CSR kernel that sparse depthwise layers run under every algorithm.
+    depthwise: bool,
+}
+
+/// Every class the study's native combinations run: the three algorithms
+/// dense and CSR, untuned and tuned, in fp32; GEMM in fp16 and int8; the
+/// depthwise stencil in each precision; direct CSR on depthwise layers.
+fn setups() -> Vec<Setup> {
+    let mut out = Vec::new();
+    for tuned in [false, true] {
+        for family in [
+            KernelFamily::Direct,
+            KernelFamily::Gemm,
+            KernelFamily::SpatialPack,
+        ] {
+            for sparse in [false, true] {
+                out.push(Setup {
+                    family,
+                    sparse,
+                    precision: Precision::F32,
+                    tuned,
+                    depthwise: false,
+                });
+            }
+        }
+        out.push(Setup {
+            family: KernelFamily::Direct,
+            sparse: true,
+            precision: Precision::F32,
+            tuned,
+            depthwise: true,
+        });
+    }
+    for precision in [Precision::F16, Precision::I8] {
+        out.push(Setup {
+            family: KernelFamily::Gemm,
+            sparse: false,
+            precision,
+            tuned: false,
+            depthwise: false,
+        });
+    }
+    for precision in [Precision::F32, Precision::F16, Precision::I8] {
+        out.push(Setup {
+            family: KernelFamily::Depthwise,
+            sparse: false,
+            precision,
+            tuned: false,
+            depthwise: true,
+        });
+    }
+    out
+}
+
+/// The one-layer graph of `shape` and its seeded weights, pruned by
+/// magnitude to the shape's density when `sparse`.
+fn layer(shape: &Shape, sparse: bool) -> (Graph, Weights) {
+    let mut b = GraphBuilder::with_input(
+        "calibration-layer",
+        Dataset::Cifar10,
+        [shape.in_channels, shape.in_hw, shape.in_hw],
+    );
+    let x = b.input();
+    b.conv_bn(
+        x,
+        shape.out_channels,
+        shape.kernel,
+        shape.stride,
+        shape.groups,
+        Some(Op::Relu),
+    );
+    let graph = b.finish();
+    let mut weights = dlas_zoo::weights::generate(&graph, GRID_SEED);
+    if sparse {
+        for params in weights.by_node.iter_mut().flatten() {
+            if let Params::Conv { weight, .. } = params {
+                prune(weight, shape.density);
+            }
+        }
+    }
+    (graph, weights)
+}
+
+/// Zeroes the smallest-magnitude weights until `density` of them remain.
+fn prune(weight: &mut [f32], density: f64) {
+    let mut magnitudes: Vec<f32> = weight.iter().map(|w| w.abs()).collect();
+    let cut = ((1.0 - density) * weight.len() as f64).round() as usize;
+    if cut == 0 {
+        return;
+    }
+    let (_, threshold, _) = magnitudes.select_nth_unstable_by(cut - 1, f32::total_cmp);
+    let threshold = *threshold;
+    for w in weight.iter_mut() {
+        if w.abs() <= threshold {
+            *w = 0.0;
+        }
+    }
+}
+
+/// Median microseconds of one run: two warm-up runs, then at least 15
+/// runs and 60 ms.
+pub fn median_us(mut run: impl FnMut() -> Result<()>) -> Result<(f64, usize)> {
+    run()?;
+    run()?;
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while samples.len() < 15 || (start.elapsed().as_secs_f64() < 0.06 && samples.len() < 2000) {
+        let t = Instant::now();
+        run()?;
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok((samples[samples.len() / 2], samples.len()))
+}
+
+fn config(setup: &Setup, threads: usize) -> EngineConfig {
+    // fp32 depthwise layers run the stencil under every algorithm; fp16 and
+    // int8 exist only in the GEMM path, whose own depthwise kernels run them.
+    let algorithm = match setup.family {
+        KernelFamily::Depthwise if setup.precision != Precision::F32 => KernelAlgorithm::Gemm,
+        KernelFamily::Direct | KernelFamily::Depthwise => KernelAlgorithm::Direct,
+        KernelFamily::Gemm => KernelAlgorithm::Gemm,
+        KernelFamily::SpatialPack => KernelAlgorithm::SpatialPack,
+    };
+    EngineConfig {
+        threads,
+        algorithm,
+        format: if setup.sparse {
+            FormatChoice::Csr
+        } else {
+            FormatChoice::Dense
+        },
+        layout: Layout::Nchw,
+        dtype: match setup.precision {
+            Precision::F32 => DType::F32,
+            Precision::F16 => DType::F16,
+            Precision::I8 => DType::I8,
+        },
+        schedule: None,
+        quant: None,
+    }
+}
+
+/// Times one class on one shape: the untuned default, or the fastest of
+/// the default and `schedules` sampled schedules.
+fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Result<(f64, usize)> {
+    let (graph, weights) = layer(shape, setup.sparse);
+    let mut config = config(setup, threads);
+    if setup.precision == Precision::I8 {
+        let calibration = dlas_compress::Calibration::seeded(
+            &graph,
+            GRID_SEED,
+            4,
+            dlas_compress::CalibrationMethod::MinMax,
+        );
+        config.quant = Some(dlas_compress::engine_params(
+            &graph,
+            &weights,
+            &calibration,
+            &dlas_compress::Tract,
+        )?);
+    }
+    let input = dlas_zoo::weights::input(&graph, GRID_SEED, 1);
+    let engine = Engine::compile(&graph, &weights, &config)?;
+    let mut best = median_us(|| engine.run(&input, 1).map(drop))?;
+    if !setup.tuned {
+        return Ok(best);
+    }
+    let Some(key) = engine.default_scheduled().first().copied() else {
+        return Ok(best);
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED ^ shape.macs() as u64);
+    let default = key.default_schedule(threads);
+    for _ in 0..schedules {
+        let candidate = dlas_tune::space::random(default, &mut rng);
+        if candidate.validate(&key.workload).is_err() {
+            continue;
+        }
+        config.schedule = Some(candidate);
+        let Ok(engine) = Engine::compile(&graph, &weights, &config) else {
+            continue;
+        };
+        let timed = median_us(|| engine.run(&input, 1).map(drop))?;
+        if timed.0 < best.0 {
+            best = timed;
+        }
+    }
+    Ok(best)
+}
+
+/// Times every class on its shapes of the grid, reporting each layer to
+/// `progress`.
+pub fn benchmark(
+    threads: usize,
+    extent: Extent,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<LayerTiming>> {
+    let (regular, depthwise) = grid(extent.shapes);
+    let setups = setups();
+    let total = setups.len() * extent.shapes;
+    let mut out = Vec::new();
+    for setup in &setups {
+        let shapes = if setup.depthwise {
+            &depthwise
+        } else {
+            &regular
+        };
+        for shape in shapes {
+            progress(out.len(), total);
+            let (median_us, runs) = time(setup, shape, threads, extent.schedules)
+                .with_context(|| format!("timing {setup:?} on {shape:?}"))?;
+            out.push(LayerTiming {
+                family: setup.family,
+                sparse: setup.sparse,
+                precision: setup.precision,
+                tuned: setup.tuned,
+                in_channels: shape.in_channels,
+                out_channels: shape.out_channels,
+                groups: shape.groups,
+                kernel: shape.kernel,
+                stride: shape.stride,
+                in_hw: shape.in_hw,
+                out_hw: shape.out_hw(),
+                density: if setup.sparse { shape.density } else { 1.0 },
+                threads,
+                runs,
+                median_us,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_is_seeded_and_bounded() {
+        let (a, d) = grid(12);
+        assert_eq!(grid(12), (a.clone(), d.clone()));
+        assert!(a.iter().all(|s| s.macs() <= 1.2e8 && s.groups == 1));
+        assert!(d.iter().all(|s| s.groups == s.in_channels));
+    }
+
+    #[test]
+    fn pruning_keeps_the_density() {
+        let mut w: Vec<f32> = (0..100).map(|i| i as f32 - 50.5).collect();
+        prune(&mut w, 0.3);
+        assert_eq!(w.iter().filter(|x| **x != 0.0).count(), 30);
+    }
+
+    #[test]
+    fn every_class_times_a_small_layer() {
+        let shape = Shape {
+            in_channels: 8,
+            out_channels: 16,
+            groups: 1,
+            kernel: 3,
+            stride: 1,
+            in_hw: 8,
+            density: 0.5,
+        };
+        let dw = Shape {
+            out_channels: 8,
+            groups: 8,
+            ..shape
+        };
+        for setup in setups() {
+            let s = if setup.depthwise { &dw } else { &shape };
+            let (us, runs) = time(&setup, s, 1, 2).unwrap_or_else(|e| panic!("{setup:?}: {e:#}"));
+            assert!(us > 0.0 && runs >= 15, "{setup:?}");
+        }
+    }
+}
