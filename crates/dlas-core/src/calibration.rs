@@ -149,6 +149,28 @@ pub struct Machine {
     pub layer_us: f64,
     /// The engine's fixed cost per run (input and output handling), microseconds.
     pub run_us: f64,
+    /// The engine's cost per value of moving a network's input in and its
+    /// output out in each precision (copies, and conversions to and from
+    /// fp16 or int8), nanoseconds.
+    pub conversions: Vec<Conversion>,
+}
+
+/// What one value of a network's input or output costs the engine in one
+/// precision, beyond the layers' work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Conversion {
+    pub precision: Precision,
+    pub ns_per_value: f64,
+}
+
+impl Machine {
+    /// The conversion cost of `precision` per value, seconds (0 if not measured).
+    pub fn conversion_seconds(&self, precision: Precision) -> f64 {
+        self.conversions
+            .iter()
+            .find(|c| c.precision == precision)
+            .map_or(0.0, |c| c.ns_per_value * 1e-9)
+    }
 }
 
 /// Reads a calibration's layer timings, with the file and line of any bad row.

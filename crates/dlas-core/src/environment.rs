@@ -49,6 +49,16 @@ impl Environment {
         Ok(path)
     }
 
+    /// Whether `other` describes the same kind of machine: the same CPU
+    /// model, instruction-set flags and logical CPUs. A device model
+    /// calibrated on one machine is validated only on rows measured on
+    /// such a machine.
+    pub fn same_machine(&self, other: &Environment) -> bool {
+        self.cpu_model == other.cpu_model
+            && self.cpu_flags == other.cpu_flags
+            && self.logical_cpus == other.logical_cpus
+    }
+
     pub fn load(path: &Path) -> Result<Environment> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             anyhow::anyhow!("cannot read environment record {}: {e}", path.display())

@@ -29,18 +29,24 @@ pub struct Features {
     pub out_channels_per_group: f64,
     /// Output pixels times batch.
     pub out_pixels: f64,
-    /// Multiply-accumulates per output: input channels per group x kernel area.
-    pub reduction: f64,
+    pub in_channels_per_group: f64,
+    /// Kernel height x width: reuse of an input across taps, which 1x1 and
+    /// 3x3 layers of the same reduction length do not share.
+    pub kernel_area: f64,
     pub density: f64,
 }
 
+/// Coefficients of a curve: intercept and one per feature.
+const K: usize = 6;
+
 impl Features {
-    fn vector(&self) -> [f64; 5] {
+    fn vector(&self) -> [f64; K] {
         [
             1.0,
             self.out_channels_per_group.max(1.0).ln(),
             self.out_pixels.max(1.0).ln(),
-            self.reduction.max(1.0).ln(),
+            self.in_channels_per_group.max(1.0).ln(),
+            self.kernel_area.max(1.0).ln(),
             self.density.clamp(1e-3, 1.0).ln(),
         ]
     }
@@ -49,7 +55,7 @@ impl Features {
 /// One class's fitted curve.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Curve {
-    pub beta: [f64; 5],
+    pub beta: [f64; K],
     /// Layers it was fitted to.
     pub n: usize,
     /// Root mean square of the fit's residuals in `ln(efficiency)`.
@@ -79,14 +85,21 @@ impl Efficiency {
     /// Fits one curve per class to `layers`, timed on `host` (whose peaks,
     /// per-layer cost and fixed per-run cost turn a time into an efficiency).
     pub fn fit(host: &DeviceSpec, layers: &[LayerTiming]) -> Result<Efficiency> {
-        let run_seconds = host.measured.as_ref().map_or(0.0, |m| m.run_us * 1e-6);
-        let mut by_class: BTreeMap<KernelClass, Vec<([f64; 5], f64)>> = BTreeMap::new();
+        let measured = host.measured.as_ref();
+        let run_seconds = measured.map_or(0.0, |m| m.run_us * 1e-6);
+        let mut by_class: BTreeMap<KernelClass, Vec<([f64; K], f64)>> = BTreeMap::new();
         for t in layers {
             let f = features(t);
             let seconds = t.median_us * 1e-6;
             // What the layer's own work took: the one-layer engine's run
-            // less its fixed costs, never less than a tenth of the run.
-            let work = (seconds - run_seconds - host.launch_us * 1e-6).max(0.1 * seconds);
+            // less its fixed cost and the conversion of its input and
+            // output (a network pays both once per run, not per layer),
+            // never less than a tenth of the run.
+            let values =
+                (t.in_channels * t.in_hw * t.in_hw + t.out_channels * t.out_hw * t.out_hw) as f64;
+            let conversion = measured.map_or(0.0, |m| m.conversion_seconds(t.precision)) * values;
+            let work =
+                (seconds - run_seconds - conversion - host.launch_us * 1e-6).max(0.1 * seconds);
             let peak = peak_macs(host, t.precision, parallel_items(t), t.threads);
             let effective = t.macs() * if t.sparse { t.density } else { 1.0 };
             let efficiency = effective / (work * peak);
@@ -132,7 +145,8 @@ fn features(t: &LayerTiming) -> Features {
     Features {
         out_channels_per_group: (t.out_channels / t.groups) as f64,
         out_pixels: (t.out_hw * t.out_hw) as f64,
-        reduction: ((t.in_channels / t.groups) * t.kernel * t.kernel) as f64,
+        in_channels_per_group: (t.in_channels / t.groups) as f64,
+        kernel_area: (t.kernel * t.kernel) as f64,
         density: if t.sparse { t.density } else { 1.0 },
     }
 }
@@ -155,22 +169,22 @@ pub fn peak_macs(spec: &DeviceSpec, precision: Precision, items: usize, threads:
 }
 
 /// Least squares with a ridge on the slopes: solves
-/// `(X'X + RIDGE I') beta = X'y` by Gaussian elimination (5 unknowns).
-fn fit_curve(points: &[([f64; 5], f64)]) -> Curve {
-    let mut a = [[0.0f64; 6]; 5];
+/// `(X'X + RIDGE I') beta = X'y` by Gaussian elimination.
+fn fit_curve(points: &[([f64; K], f64)]) -> Curve {
+    let mut a = [[0.0f64; K + 1]; K];
     for (x, y) in points {
-        for i in 0..5 {
-            for j in 0..5 {
+        for i in 0..K {
+            for j in 0..K {
                 a[i][j] += x[i] * x[j];
             }
-            a[i][5] += x[i] * y;
+            a[i][K] += x[i] * y;
         }
     }
     for (i, row) in a.iter_mut().enumerate().skip(1) {
         row[i] += RIDGE * points.len() as f64;
     }
-    for col in 0..5 {
-        let pivot = (col..5)
+    for col in 0..K {
+        let pivot = (col..K)
             .max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))
             .expect("rows");
         a.swap(col, pivot);
@@ -187,10 +201,10 @@ fn fit_curve(points: &[([f64; 5], f64)]) -> Curve {
             }
         }
     }
-    let mut beta = [0.0; 5];
+    let mut beta = [0.0; K];
     for (i, b) in beta.iter_mut().enumerate() {
         if a[i][i].abs() >= 1e-12 {
-            *b = a[i][5] / a[i][i];
+            *b = a[i][K] / a[i][i];
         }
     }
     let residual: f64 = points
@@ -237,8 +251,8 @@ mod tests {
 
     #[test]
     fn least_squares_recovers_a_planted_curve() {
-        let beta = [-1.0, 0.2, 0.1, 0.3, 0.5];
-        let points: Vec<([f64; 5], f64)> = (0..40)
+        let beta = [-1.0, 0.2, 0.1, 0.3, -0.2, 0.5];
+        let points: Vec<([f64; K], f64)> = (0..60)
             .map(|i| {
                 let i = i as f64;
                 let x = [
@@ -246,6 +260,7 @@ mod tests {
                     (i % 7.0).ln_1p(),
                     (i % 5.0).ln_1p(),
                     (i % 3.0).ln_1p(),
+                    (i % 11.0).ln_1p(),
                     -(i % 4.0) / 4.0,
                 ];
                 let y = beta.iter().zip(x).map(|(b, x)| b * x).sum();

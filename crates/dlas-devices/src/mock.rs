@@ -81,9 +81,12 @@ impl MockDevice {
             .iter()
             .map(|k| Ok((k.name.clone(), self.kernel_seconds(c, w, k)?)))
             .collect::<Result<Vec<_>, Unsupported>>()?;
-        // The calibrated machine's own engine has a fixed cost per run.
-        if let (Some(_), Some(e)) = (&self.spec.measured, &self.spec.efficiency) {
-            kernels.push(("run".into(), e.run_seconds));
+        // The calibrated machine's own engine has a fixed cost per run and
+        // converts the network's input and output once.
+        if let (Some(m), Some(e)) = (&self.spec.measured, &self.spec.efficiency) {
+            let values = w.batch as f64 * (w.input_values + w.output_values);
+            let conversion = m.conversion_seconds(precision_of(w.compression)) * values;
+            kernels.push(("run".into(), e.run_seconds + conversion));
         }
         Ok(Prediction { kernels })
     }
@@ -147,11 +150,7 @@ impl MockDevice {
                 self.spec.id
             ))
         })?;
-        let precision = match w.compression {
-            Compression::Fp16 => Precision::F16,
-            Compression::Int8 => Precision::I8,
-            _ => Precision::F32,
-        };
+        let precision = precision_of(w.compression);
         let family = match c.algorithm {
             Algorithm::Direct => KernelFamily::Direct,
             Algorithm::Gemm => KernelFamily::Gemm,
@@ -165,8 +164,8 @@ impl MockDevice {
                 Features {
                     out_channels_per_group: (conv.out_channels / conv.groups) as f64,
                     out_pixels: (k.out_hw[0] * k.out_hw[1]) as f64 * batch,
-                    reduction: ((conv.in_channels / conv.groups) * conv.kernel * conv.kernel)
-                        as f64,
+                    in_channels_per_group: (conv.in_channels / conv.groups) as f64,
+                    kernel_area: (conv.kernel * conv.kernel) as f64,
                     density: if sparse { k.density } else { 1.0 },
                 },
                 conv.is_depthwise(),
@@ -175,7 +174,8 @@ impl MockDevice {
                 Features {
                     out_channels_per_group: k.output_elems,
                     out_pixels: batch,
-                    reduction: k.macs / k.output_elems.max(1.0),
+                    in_channels_per_group: k.macs / k.output_elems.max(1.0),
+                    kernel_area: 1.0,
                     density: if sparse { k.density } else { 1.0 },
                 },
                 false,
@@ -243,6 +243,15 @@ impl MockDevice {
             1.0 / s.fma_latency as f64
         };
         lanes * busy * per_lane * s.clock_ghz * 1e9
+    }
+}
+
+/// The precision the engine computes a compression in.
+fn precision_of(compression: Compression) -> Precision {
+    match compression {
+        Compression::Fp16 => Precision::F16,
+        Compression::Int8 => Precision::I8,
+        _ => Precision::F32,
     }
 }
 

@@ -57,6 +57,10 @@ pub struct Workload {
     pub kernels: Vec<Kernel>,
     pub batch: usize,
     pub compression: Compression,
+    /// Values of one sample's network input and output: what an engine
+    /// copies or converts once per run.
+    pub input_values: f64,
+    pub output_values: f64,
 }
 
 /// Fraction of non-zero weights per layer (node name → density).
@@ -184,6 +188,8 @@ impl Workload {
             kernels,
             batch: combination.batch,
             compression: combination.compression,
+            input_values: graph.input_shape().iter().product::<usize>() as f64,
+            output_values: graph.output().shape.iter().product::<usize>() as f64,
         }
     }
 }

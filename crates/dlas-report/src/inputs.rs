@@ -37,6 +37,9 @@ pub struct Inputs<'a> {
     pub layer: Option<&'a LayerSlice>,
     /// Recorded accuracies (`data/accuracy/published.csv`).
     pub accuracy: &'a [RecordedAccuracy],
+    /// The device model against rows measured on the calibrated machine
+    /// (`dlas validate`), when the study has them.
+    pub validation: Option<&'a crate::validation::Validation>,
 }
 
 /// A results file and its rows in [`Inputs::results`].

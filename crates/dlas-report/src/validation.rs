@@ -202,6 +202,39 @@ pub fn by_group(rows: &[Validated]) -> Vec<(&'static str, String, Errors)> {
     out
 }
 
+/// The validation a report shows: the rows and where they come from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub rows: Vec<Validated>,
+    /// The measured files, the model version and the calibration, for footers.
+    pub footer: String,
+}
+
+/// The error table of `inputs`' validation, or an empty table that says
+/// why there is none.
+pub fn table_of(inputs: &crate::Inputs, number: usize) -> Table {
+    match inputs.validation {
+        Some(v) => error_table(&v.rows, number, v.footer.clone()),
+        None => error_table(
+            &[],
+            number,
+            "No validation: no native row was measured on the calibrated machine.".into(),
+        ),
+    }
+}
+
+/// The figure of `inputs`' validation (empty without one).
+pub fn figure_of(inputs: &crate::Inputs, number: usize) -> FigureData {
+    match inputs.validation {
+        Some(v) => figure(&v.rows, number, v.footer.clone()),
+        None => figure(
+            &[],
+            number,
+            "No validation: no native row was measured on the calibrated machine.".into(),
+        ),
+    }
+}
+
 /// The error table: one row per group of every grouping.
 pub fn error_table(rows: &[Validated], number: usize, footer: String) -> Table {
     let fmt =

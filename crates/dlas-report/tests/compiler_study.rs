@@ -40,6 +40,7 @@ fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         sweeps: &sweeps,
         layer: None,
         accuracy: &[],
+        validation: None,
     };
     f(&inputs);
 }

@@ -65,6 +65,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         sweeps: &sweeps,
         layer: None,
         accuracy: &accuracy,
+        validation: None,
     };
     let checked = catalogue.check(&inputs);
     let text = if args.markdown {

@@ -24,7 +24,7 @@ pub enum Command {
         #[arg(long, default_value = "0", value_parser = super::bounds::threads)]
         threads: usize,
         /// Layer shapes per kernel class.
-        #[arg(long, default_value_t = 24)]
+        #[arg(long, default_value_t = dlas_runner::calibrate::layers::DEFAULT_SHAPES)]
         shapes: usize,
         /// Schedules sampled per tuned layer.
         #[arg(long, default_value_t = 8)]
@@ -186,8 +186,11 @@ fn spec_of(m: &Machine, cpu: &str, environment: String) -> DeviceSpec {
         .max_by_key(|p| isa_lanes(&p.isa))
         .map_or("scalar", |p| &p.isa);
     let lanes = isa_lanes(widest);
-    // Independent scalar FMAs in flight per nanosecond of latency: pipes.
-    let pipes = (per_thread("scalar", 1) * m.fma_latency_ns)
+    // A dependent FMA completes once per latency, independent ones `pipes`
+    // per cycle; with the latency in cycles, the clock is that latency
+    // over the measured nanoseconds, and pipes the scalar rate over it.
+    let clock_from_latency = FMA_LATENCY_CYCLES as f64 / m.fma_latency_ns;
+    let pipes = (per_thread("scalar", 1) / clock_from_latency)
         .round()
         .max(1.0) as usize;
     let fma_lanes = lanes * pipes;
@@ -206,7 +209,7 @@ fn spec_of(m: &Machine, cpu: &str, environment: String) -> DeviceSpec {
         cores: threads,
         fma_lanes,
         fma_pipes: pipes,
-        fma_latency: (m.fma_latency_ns * clock_ghz).round().max(1.0) as usize,
+        fma_latency: FMA_LATENCY_CYCLES,
         clock_ghz: round(clock_ghz, 4),
         memory_gbs: round(dram, 2),
         llc_kib,
@@ -218,7 +221,8 @@ fn spec_of(m: &Machine, cpu: &str, environment: String) -> DeviceSpec {
         noise_cv: 0.0,
         sources: vec![
             format!("`dlas devices calibrate` on this machine ({environment}); the micro-benchmarks are in [measured]"),
-            format!("clock_ghz: the {widest} FMA peak per thread over fma_lanes (an effective clock)"),
+            format!("fma_pipes: the scalar FMA rate over the clock implied by the measured FMA latency ({:.2} ns) taken as {FMA_LATENCY_CYCLES} cycles (x86 since Skylake and Zen 2; an assumption)", m.fma_latency_ns),
+            format!("clock_ghz: the {widest} FMA peak per thread over fma_lanes (an effective clock; only their product, the measured peak, enters the model)"),
             "fp16_rate: the engine stores fp16 and computes in fp32 (F16C conversions), so 1".into(),
             "int8_rate: the vpmaddubsw/vpmaddwd peak over the fp32 FMA peak, both on every thread".into(),
             "launch_us and dispatch_us: the engine's cost per layer (slope of a chain of tiny layers)".into(),
@@ -230,6 +234,10 @@ fn spec_of(m: &Machine, cpu: &str, environment: String) -> DeviceSpec {
         efficiency: None,
     }
 }
+
+/// The FMA latency in cycles of every x86 core since Skylake and Zen 2,
+/// used only to split the measured peak into pipes and clock.
+const FMA_LATENCY_CYCLES: usize = 4;
 
 fn isa_lanes(isa: &str) -> usize {
     match isa {

@@ -116,6 +116,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         (Sweeps::default(), None)
     };
     let accuracy = facts::recorded_accuracy(&published);
+    let validation = super::validate::validation_of(project, &study.name)?;
     // The report reads the plan; it never expands one.
     let plan = Plan::expand(&study);
     let inputs = Inputs {
@@ -128,6 +129,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         sweeps: &sweeps,
         layer: layer.as_ref(),
         accuracy: &accuracy,
+        validation: validation.as_ref(),
     };
     artifacts.extend(catalogue.build(&inputs, selection)?);
     let mut differing = Vec::new();

@@ -2,9 +2,12 @@
 //! every measured native-engine row of this machine, and its error.
 
 use crate::project::Project;
-use anyhow::Result;
+use anyhow::{Context, Result};
+use dlas_core::Environment;
 use dlas_core::results::read_results;
-use std::path::PathBuf;
+use dlas_report::validation::Validation;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -19,29 +22,72 @@ pub struct Args {
     rows: bool,
 }
 
+/// The native rows measured on the calibrated machine for its validation,
+/// beside each study's `host.csv`.
+pub const VALIDATION_FILE: &str = "validation.csv";
+
+/// The rows of `files` measured on the machine `host` was calibrated on
+/// (by their environment records, `<source>.json` beside each file), and
+/// how many rows were measured elsewhere.
+pub fn rows_of_machine(
+    files: &[PathBuf],
+    host: &dlas_devices::DeviceSpec,
+    measured_dir: &Path,
+) -> Result<(Vec<dlas_core::ResultRow>, usize)> {
+    let environment = host
+        .environment
+        .as_deref()
+        .context("the calibration names no environment record")?;
+    let calibrated = Environment::load(&measured_dir.join(format!("{environment}.json")))?;
+    let mut kept = Vec::new();
+    let mut elsewhere = 0;
+    let mut machines: HashMap<(PathBuf, String), bool> = HashMap::new();
+    for file in files {
+        let dir = file.parent().unwrap_or(Path::new(".")).to_path_buf();
+        for row in read_results(file)? {
+            let same = match machines.get(&(dir.clone(), row.source.clone())) {
+                Some(same) => *same,
+                None => {
+                    let record = dir.join(format!("{}.json", row.source));
+                    let same = Environment::load(&record)
+                        .map(|e| e.same_machine(&calibrated))
+                        .unwrap_or(false);
+                    machines.insert((dir.clone(), row.source.clone()), same);
+                    same
+                }
+            };
+            if same {
+                kept.push(row);
+            } else {
+                elsewhere += 1;
+            }
+        }
+    }
+    Ok((kept, elsewhere))
+}
+
 pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let files = if args.files.is_empty() {
-        vec![
-            project
-                .root
-                .join("data/results")
-                .join(&args.study)
-                .join("host.csv"),
-        ]
+        let dir = project.root.join("data/results").join(&args.study);
+        vec![dir.join("host.csv"), dir.join(VALIDATION_FILE)]
+            .into_iter()
+            .filter(|f| f.exists())
+            .collect()
     } else {
         args.files.clone()
     };
-    let host = dlas_devices::load_calibrated(
-        &project
-            .root
-            .join("data/devices")
-            .join(dlas_devices::spec::MEASURED_DIR),
-    )?;
-    let mut rows = Vec::new();
-    for file in &files {
-        rows.extend(read_results(file)?);
-    }
+    let measured_dir = project
+        .root
+        .join("data/devices")
+        .join(dlas_devices::spec::MEASURED_DIR);
+    let host = dlas_devices::load_calibrated(&measured_dir)?;
+    let (rows, elsewhere) = rows_of_machine(&files, &host, &measured_dir)?;
     let validated = dlas_report::validation::validate(&rows, &host)?;
+    if elsewhere > 0 {
+        println!(
+            "{elsewhere} row(s) measured on another machine than the calibrated one are left out"
+        );
+    }
     if args.rows {
         println!("id,combination,measured_ms,predicted_ms,ratio");
         for v in &validated {
@@ -79,4 +125,47 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         dlas_report::validation::error_table(&validated, 9, footer).markdown()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The validation a study's report shows: its recorded host rows and its
+/// validation rows measured on the calibrated machine, predicted by the
+/// model; `None` when no row was measured there.
+pub fn validation_of(project: &Project, study: &str) -> Result<Option<Validation>> {
+    let dir = project.root.join("data/results").join(study);
+    let files: Vec<PathBuf> = [dir.join("host.csv"), dir.join(VALIDATION_FILE)]
+        .into_iter()
+        .filter(|f| f.exists())
+        .collect();
+    let measured_dir = project
+        .root
+        .join("data/devices")
+        .join(dlas_devices::spec::MEASURED_DIR);
+    let host = dlas_devices::load_calibrated(&measured_dir)?;
+    let (rows, _) = rows_of_machine(&files, &host, &measured_dir)?;
+    let validated = dlas_report::validation::validate(&rows, &host)?;
+    if validated.is_empty() {
+        return Ok(None);
+    }
+    let files: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.strip_prefix(&project.root).ok())
+        .map(|f| f.display().to_string())
+        .collect();
+    Ok(Some(Validation {
+        footer: footer(&files, validated.len(), &host),
+        rows: validated,
+    }))
+}
+
+/// Where the validation's numbers come from.
+fn footer(files: &[String], rows: usize, host: &dlas_devices::DeviceSpec) -> String {
+    format!(
+        "Measured: {rows} native-engine rows of {} measured on the calibrated machine. Modelled: device model v{} with the calibration of `{}` ({}; data/devices/measured/), fitted to layer micro-benchmarks only.",
+        files.join(", "),
+        dlas_devices::mock::MODEL_VERSION,
+        host.name,
+        host.environment
+            .as_deref()
+            .unwrap_or("no environment record"),
+    )
 }

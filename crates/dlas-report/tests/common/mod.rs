@@ -51,6 +51,7 @@ pub fn with_inputs(f: impl FnOnce(&Inputs)) {
         sweeps: &sweeps,
         layer: Some(&layer),
         accuracy: &accuracy,
+        validation: None,
     };
     f(&inputs);
 }

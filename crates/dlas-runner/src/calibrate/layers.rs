@@ -12,7 +12,7 @@
 //! the schedule space (a small stand-in for the tuner's search).
 
 use anyhow::{Context, Result};
-use dlas_core::calibration::{KernelFamily, LayerTiming, Precision};
+use dlas_core::calibration::{Conversion, KernelFamily, LayerTiming, Precision};
 use dlas_core::{Dataset, Layout};
 use dlas_engine::{DType, Engine, EngineConfig, FormatChoice, KernelAlgorithm};
 use dlas_zoo::weights::{Params, Weights};
@@ -20,10 +20,15 @@ use dlas_zoo::{Graph, GraphBuilder, Op};
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::HashSet;
 use std::time::Instant;
 
 /// Seed of the shape grid and of the schedule samples.
 pub const GRID_SEED: u64 = 0xca1b_2026;
+
+/// Shapes per kernel class of a calibration (`--shapes`): six fitted
+/// coefficients per class need several times as many points.
+pub const DEFAULT_SHAPES: usize = 40;
 
 /// A layer shape of the grid.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,10 +47,51 @@ impl Shape {
         (self.in_hw + 2 * (self.kernel / 2) - self.kernel) / self.stride + 1
     }
 
+    /// What identifies a layer's work: channels, groups, kernel, stride, input size.
+    fn key(&self) -> LayerShape {
+        (
+            self.in_channels,
+            self.out_channels,
+            self.groups,
+            self.kernel,
+            self.stride,
+            self.in_hw,
+        )
+    }
+
     fn macs(&self) -> f64 {
         let k = (self.in_channels / self.groups) * self.kernel * self.kernel;
         (self.out_channels * self.out_hw().pow(2) * k) as f64
     }
+}
+
+/// (in channels, out channels, groups, kernel, stride, input size).
+pub type LayerShape = (usize, usize, usize, usize, usize, usize);
+
+/// Every convolution of every network in the zoo, by shape: the grid
+/// leaves these out, so that no layer of a network the model is validated
+/// on is ever a calibration record.
+pub fn zoo_layers() -> HashSet<LayerShape> {
+    let mut shapes = HashSet::new();
+    for network in dlas_zoo::all() {
+        let graph = (network.build)();
+        for node in &graph.nodes {
+            if let Op::Conv(conv) = &node.op {
+                let [_, h, w] = graph.nodes[node.inputs[0]].shape;
+                if h == w {
+                    shapes.insert((
+                        conv.in_channels,
+                        conv.out_channels,
+                        conv.groups,
+                        conv.kernel,
+                        conv.stride,
+                        h,
+                    ));
+                }
+            }
+        }
+    }
+    shapes
 }
 
 /// How much of the grid to time: `shapes` per class, `schedules` sampled
@@ -60,6 +106,7 @@ pub struct Extent {
 /// each under a cap on multiply-accumulates so that no untuned layer takes
 /// seconds.
 pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
+    let zoo = zoo_layers();
     let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED);
     let channels = [8, 16, 24, 32, 48, 64, 96, 128, 160, 256, 384, 512];
     let sizes = [4, 7, 8, 14, 16, 28, 32, 56];
@@ -75,7 +122,7 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
             in_hw: *sizes.choose(&mut rng).expect("values"),
             density: *densities.choose(&mut rng).expect("values"),
         };
-        if (1e5..=1.2e8).contains(&shape.macs()) {
+        if (1e5..=1.2e8).contains(&shape.macs()) && !zoo.contains(&shape.key()) {
             regular.push(shape);
         }
     }
@@ -94,7 +141,7 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
                 .expect("values"),
             density: *densities.choose(&mut rng).expect("values"),
         };
-        if (1e4..=2e7).contains(&shape.macs()) {
+        if (1e4..=2e7).contains(&shape.macs()) && !zoo.contains(&shape.key()) {
             depthwise.push(shape);
         }
     }
@@ -252,6 +299,41 @@ fn config(setup: &Setup, threads: usize) -> EngineConfig {
     }
 }
 
+/// The engine's cost per value of a run's input and output in each
+/// precision: a one-layer graph whose layer does one multiply per value (a
+/// 1x1 depthwise convolution on 64 x 56 x 56) costs the fixed run cost,
+/// the conversions of its input and output, and almost nothing else, so
+/// what exceeds `run_us` over the values moved is that cost.
+pub fn conversions(threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
+    let shape = Shape {
+        in_channels: 64,
+        out_channels: 64,
+        groups: 64,
+        kernel: 1,
+        stride: 1,
+        in_hw: 56,
+        density: 1.0,
+    };
+    let values = 2.0 * (64 * 56 * 56) as f64;
+    [Precision::F32, Precision::F16, Precision::I8]
+        .into_iter()
+        .map(|precision| {
+            let setup = Setup {
+                family: KernelFamily::Depthwise,
+                sparse: false,
+                precision,
+                tuned: false,
+                depthwise: true,
+            };
+            let (us, _) = time(&setup, &shape, threads, 0)?;
+            Ok(Conversion {
+                precision,
+                ns_per_value: ((us - run_us) * 1e3 / values).max(0.0),
+            })
+        })
+        .collect()
+}
+
 /// Times one class on one shape: the untuned default, or the fastest of
 /// the default and `schedules` sampled schedules.
 fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Result<(f64, usize)> {
@@ -352,6 +434,39 @@ mod tests {
         assert_eq!(grid(12), (a.clone(), d.clone()));
         assert!(a.iter().all(|s| s.macs() <= 1.2e8 && s.groups == 1));
         assert!(d.iter().all(|s| s.groups == s.in_channels));
+    }
+
+    /// The committed calibration times no layer of any network of the zoo:
+    /// the networks stay out of sample for `dlas validate`.
+    #[test]
+    fn the_fit_never_sees_a_network_row() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../data/devices/measured/host-layers.csv");
+        let timings = dlas_core::calibration::read_layer_timings(&path).unwrap();
+        let zoo = zoo_layers();
+        assert!(zoo.len() > 50, "the zoo's layers were not found");
+        for t in &timings {
+            let key = (
+                t.in_channels,
+                t.out_channels,
+                t.groups,
+                t.kernel,
+                t.stride,
+                t.in_hw,
+            );
+            assert!(!zoo.contains(&key), "{key:?} is a layer of a zoo network");
+        }
+        // And the grid that produced it is the seeded one.
+        let (regular, depthwise) = grid(DEFAULT_SHAPES);
+        let grid: HashSet<LayerShape> = regular.iter().chain(&depthwise).map(Shape::key).collect();
+        assert!(timings.iter().all(|t| grid.contains(&(
+            t.in_channels,
+            t.out_channels,
+            t.groups,
+            t.kernel,
+            t.stride,
+            t.in_hw
+        ))));
     }
 
     #[test]

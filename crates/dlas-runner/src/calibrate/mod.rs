@@ -66,6 +66,7 @@ pub fn calibrate(
     progress.stage("overheads");
     let region_us = region_us(threads)?;
     let (run_us, layer_us) = run_and_layer_us(threads)?;
+    let conversions = layers::conversions(threads, run_us)?;
     progress.stage("layer micro-benchmarks");
     let layers = layers::benchmark(threads, extent, |done, total| progress.layer(done, total))?;
     Ok(Calibration {
@@ -79,6 +80,7 @@ pub fn calibrate(
             region_us,
             layer_us,
             run_us,
+            conversions,
         },
         layers,
     })
