@@ -285,9 +285,7 @@ mod tests {
         assert_eq!(fails.verdict, Verdict::DoesNotHold, "{:?}", fails.evidence);
         assert_eq!(
             fails.explanation,
-            [
-                "(c) tuning speeds up xavier-gpu (median 2x): xavier-gpu cifar10/resnet18 dense 2x"
-            ]
+            ["(c) tuning speeds up xavier-gpu (median 2x): xavier-gpu cifar10/resnet18 dense 2x"]
         );
         // Without the Xavier, (c) cannot be tested.
         let no_xavier: Vec<_> = two([6.0, 5.0, 4.0])
