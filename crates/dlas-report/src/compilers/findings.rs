@@ -398,7 +398,11 @@ pub fn markdown(checked: &[Checked]) -> String {
          baseline and compiled configuration: eager and vendor on the mocked devices, the native \
          engine untuned and tuned, tract-plain and tract-opt, ort-noopt and ort-opt. RTR is \
          defined in `docs/metrics.md`; *most* is more than half of the cells and two gains differ \
-         when they are more than {:.0}% apart, as for the DLAS study's observations. Architectures \
+         when they are more than {:.0}% apart, as for the DLAS study's observations: closer than \
+         that they tie, and a tie never counts for a finding. RTR is a ratio of medians with no \
+         interval, so the tolerance applies to measured rows too. A finding that does not hold \
+         says what goes against it (*Against it*), generated from the data. C1a is not in the \
+         abstract: it checks by name the reversal NGraphBench's Figure 1 shows. Architectures \
          are read from the zoo's operators: a transformer has attention, a CNN only convolutions, \
          batch norm and element-wise operators.\n",
         100.0 * (TOLERANCE - 1.0)
