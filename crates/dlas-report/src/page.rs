@@ -51,6 +51,7 @@ th,td{border:1px solid #ccc;padding:0.2em 0.4em;vertical-align:top;text-align:le
 th{background:#f3f3f3}\
 td.holds{background:#dff0d8}td.does-not-hold{background:#f8d7da}td.cannot-be-tested{background:#eee}\
 p.broken{color:#b00;font-weight:bold}\
+#paper-map-table td:first-child{white-space:nowrap}\
 nav a{margin-right:1em}";
 
 /// Marks every figure's image as loaded or broken once the page has
