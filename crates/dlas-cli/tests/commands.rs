@@ -325,6 +325,11 @@ fn claims_are_checked_on_each_results_file() {
 fn reproduce_check_names_every_file_that_differs() {
     let out = ok(&["reproduce", "--table", "1", "--check"]);
     assert!(out.starts_with("checked 4 files"), "{out}");
+    // It says what the table reproduces, from the catalogue's map of the paper.
+    assert!(
+        out.contains("\nTable 1: reproduces the DLAS paper's Table 1 (the hardware platforms). What differs: "),
+        "{out}"
+    );
     // Another results file is named in Table 3's footer: --check exits 1 and names the files.
     let dir = tempfile::tempdir().unwrap();
     let extra = dir.path().join("mine.csv");

@@ -12,6 +12,7 @@ use crate::claims::{Checked, Context, Observation};
 use crate::figure::FigureData;
 use crate::inputs::{Artifact, Inputs, Selection, device_kinds, networks_of};
 use crate::page::Page;
+use crate::paper_map::Mapped;
 use crate::table::Table;
 use anyhow::{Result, anyhow};
 
@@ -55,6 +56,12 @@ pub struct Catalogue {
     pub observations: fn() -> Vec<Observation>,
     /// The claims file's Markdown.
     pub claims_markdown: fn(&[Checked]) -> String,
+    /// What each figure and table reproduces of the paper, in the order
+    /// figures then tables: the page, ARTIFACT.md and `reproduce` print it.
+    pub paper_map: &'static [Mapped],
+    /// What the numbers rest on that a reader could mistake (untrained
+    /// weights, fixed levels, published accuracies): the page lists them.
+    pub disclosures: &'static [&'static str],
 }
 
 impl Catalogue {
@@ -164,6 +171,8 @@ impl Catalogue {
                 claims_file: self.claims_file,
                 command: self.command,
                 claims_command: self.claims_command,
+                paper_map: self.paper_map,
+                disclosures: self.disclosures,
             };
             out.push(Artifact {
                 path: self.page.into(),

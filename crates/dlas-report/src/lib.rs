@@ -22,6 +22,7 @@ pub mod figure;
 pub mod inputs;
 pub mod metrics;
 pub mod page;
+pub mod paper_map;
 pub mod table;
 pub mod validation;
 

@@ -8,6 +8,7 @@
 use crate::claims::{self, Checked, Verdict};
 use crate::figure::FigureData;
 use crate::inputs::HostSummary;
+use crate::paper_map::Mapped;
 use crate::table::Table;
 use dlas_core::Study;
 use std::fmt::Write;
@@ -33,6 +34,11 @@ pub struct Page<'a> {
     pub command: &'a str,
     /// The command that checks the claims on a reader's results.
     pub claims_command: &'a str,
+    /// What each figure and table reproduces of the paper.
+    pub paper_map: &'a [Mapped],
+    /// What the numbers rest on that a reader could mistake: shown before
+    /// the figures.
+    pub disclosures: &'a [&'a str],
 }
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}\
@@ -45,6 +51,7 @@ th,td{border:1px solid #ccc;padding:0.2em 0.4em;vertical-align:top;text-align:le
 th{background:#f3f3f3}\
 td.holds{background:#dff0d8}td.does-not-hold{background:#f8d7da}td.cannot-be-tested{background:#eee}\
 p.broken{color:#b00;font-weight:bold}\
+#paper-map-table td:first-child{white-space:nowrap}\
 nav a{margin-right:1em}";
 
 /// Marks every figure's image as loaded or broken once the page has
@@ -144,8 +151,9 @@ impl Page<'_> {
             escape(self.command),
             escape(self.files)
         );
-        out.push_str("<nav><a href=\"#claims\">Observations</a><a href=\"#figures\">Figures</a><a href=\"#tables\">Tables</a><a href=\"#environment\">Environment</a></nav>\n</header>\n");
+        out.push_str("<nav><a href=\"#claims\">Observations</a><a href=\"#paper-map\">The paper</a><a href=\"#figures\">Figures</a><a href=\"#tables\">Tables</a><a href=\"#environment\">Environment</a></nav>\n</header>\n");
         self.claims_section(&mut out);
+        self.paper_section(&mut out);
         out.push_str("<section id=\"figures\">\n<h2>Figures</h2>\n");
         for (f, svg) in self.figures {
             let _ = writeln!(
@@ -204,6 +212,55 @@ impl Page<'_> {
             .find(|t| Some(t.number) == self.verdict_table)
         {
             html_table(out, t);
+        } else {
+            // No table shows the evidence: list it under the verdicts.
+            out.push_str("<dl id=\"evidence\">\n");
+            for (i, o) in self.observations.iter().enumerate() {
+                for c in self.claims {
+                    let outcome = &c.outcomes[i];
+                    let _ = writeln!(
+                        out,
+                        "<dt>{} on {}: {}</dt><dd>{}.{}</dd>",
+                        o.numeral,
+                        escape(&c.file),
+                        outcome.verdict.label(),
+                        escape(&outcome.evidence.join("; ")),
+                        if outcome.explanation.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" Against it: {}.", escape(&outcome.explanation.join("; ")))
+                        }
+                    );
+                }
+            }
+            out.push_str("</dl>\n");
+        }
+        out.push_str("</section>\n");
+    }
+
+    /// The map of the paper and what the numbers rest on.
+    fn paper_section(&self, out: &mut String) {
+        out.push_str(
+            "<section id=\"paper-map\">\n<h2>What each figure and table reproduces</h2>\n",
+        );
+        out.push_str("<p>Our numbering is our own; only a row that names a paper item corresponds to one of the paper's. The same table is in ARTIFACT.md, and <code>cargo xtask reproduce --figure N</code> (or <code>--table N</code>) prints its row.</p>\n");
+        out.push_str("<table id=\"paper-map-table\">\n<thead><tr><th>ours</th><th>reproduces</th><th>what differs (for ours: what it shows)</th></tr></thead>\n<tbody>\n");
+        for m in self.paper_map {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                m.item,
+                escape(m.paper),
+                escape(m.differs)
+            );
+        }
+        out.push_str("</tbody>\n</table>\n");
+        if !self.disclosures.is_empty() {
+            out.push_str("<h3 id=\"disclosures\">What the numbers rest on</h3>\n<ul>\n");
+            for d in self.disclosures {
+                let _ = writeln!(out, "<li>{}</li>", escape(d));
+            }
+            out.push_str("</ul>\n");
         }
         out.push_str("</section>\n");
     }

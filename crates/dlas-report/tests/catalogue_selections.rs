@@ -101,3 +101,31 @@ fn the_page_is_deterministic_and_complete() {
         );
     });
 }
+
+/// ARTIFACT.md's map of the papers is the catalogues' map, word for word:
+/// each study's table sits between `<!-- paper map: STUDY -->` and
+/// `<!-- end of paper map -->`.
+#[test]
+fn artifact_md_holds_the_generated_paper_maps() {
+    let artifact = std::fs::read_to_string(common::root().join("ARTIFACT.md")).unwrap();
+    for (study, catalogue) in [
+        ("dlas", &dlas_report::dlas::CATALOGUE),
+        ("compilers", &dlas_report::compilers::CATALOGUE),
+    ] {
+        let start = format!("<!-- paper map: {study} -->\n");
+        let from = artifact
+            .find(&start)
+            .unwrap_or_else(|| panic!("ARTIFACT.md lacks {start:?}"))
+            + start.len();
+        let to = from
+            + artifact[from..]
+                .find("<!-- end of paper map -->")
+                .expect("ARTIFACT.md: the paper map's end marker");
+        let generated = dlas_report::paper_map::markdown(catalogue.paper_map);
+        assert_eq!(
+            &artifact[from..to],
+            generated,
+            "ARTIFACT.md's paper map of {study} differs; paste:\n{generated}"
+        );
+    }
+}

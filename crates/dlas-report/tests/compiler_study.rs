@@ -65,10 +65,21 @@ fn figure_data_series() {
     });
 }
 
+/// Every finding that does not hold says why, from the data.
+fn explained(outcomes: &[dlas_report::claims::Outcome]) {
+    for o in outcomes {
+        assert!(
+            o.verdict != dlas_report::claims::Verdict::DoesNotHold || !o.explanation.is_empty(),
+            "{o:?}"
+        );
+    }
+}
+
 #[test]
 fn findings_on_the_mocked_devices() {
     with_inputs(|inputs| {
         let checked = compilers::CATALOGUE.check(inputs);
+        explained(&checked[0].outcomes);
         insta::assert_yaml_snapshot!("compilers_findings", checked[0].outcomes);
     });
 }
@@ -80,6 +91,7 @@ fn findings_on_the_mocked_devices() {
 fn findings_on_the_recorded_host() {
     with_results(&["data/results/compilers/host.csv"], |inputs| {
         let checked = compilers::CATALOGUE.check(inputs);
+        explained(&checked[0].outcomes);
         insta::assert_yaml_snapshot!("compilers_findings_host", checked[0].outcomes);
     });
 }

@@ -51,6 +51,15 @@ fn claims_on_the_mocked_devices() {
                 outcome,
             })
             .collect();
+        // Every verdict that does not hold says why, from the data.
+        for v in &verdicts {
+            assert!(
+                v.outcome.verdict != claims::Verdict::DoesNotHold
+                    || !v.outcome.explanation.is_empty(),
+                "{} does not hold without an explanation",
+                v.observation
+            );
+        }
         insta::assert_yaml_snapshot!("claims_mock", verdicts);
     });
 }

@@ -161,5 +161,10 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         rows.len(),
         started.elapsed().as_secs_f64()
     );
+    // What the one figure or table reproduces of the paper, from the
+    // catalogue's map (the same words as the page and ARTIFACT.md).
+    if let Some(line) = dlas_report::paper_map::line(catalogue.paper_map, selection) {
+        println!("{line}");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,9 +1,135 @@
 //! The cells the observations count over: one cell per device, network,
 //! compression and tuning, holding the native engine's batch-1 median per
 //! algorithm, and the comparisons the study makes between cells.
+//!
+//! Every better-or-worse decision goes through [`order`] or [`order_times`]:
+//! two numbers within the bundle's [`TOLERANCE`] of each other are a tie,
+//! and two measured times whose 95% confidence intervals overlap are a tie,
+//! so a verdict never rests on a difference the protocol cannot resolve.
 
+use super::TOLERANCE;
+use dlas_core::results::is_mocked;
 use dlas_core::{Algorithm, Compression, Dataset, ResultRow};
 use std::collections::BTreeMap;
+
+/// How one number compares with another once differences the protocol
+/// cannot resolve are ties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Below the other by more than the tolerance (or its interval lies wholly below).
+    Below,
+    Tie,
+    Above,
+}
+
+/// Compares two positive numbers (times, speedups, ratios): a tie when
+/// neither exceeds the other by more than [`TOLERANCE`].
+pub fn order(a: f64, b: f64) -> Order {
+    if a * TOLERANCE < b {
+        Order::Below
+    } else if b * TOLERANCE < a {
+        Order::Above
+    } else {
+        Order::Tie
+    }
+}
+
+/// A cell's median time, with its 95% confidence interval when the row was
+/// measured (a mocked row's interval describes the model's synthetic
+/// samples, not uncertainty about the device, so it is not used).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Time {
+    pub ms: f64,
+    pub interval: Option<(f64, f64)>,
+}
+
+impl Time {
+    pub fn of(row: &ResultRow, ms: f64) -> Time {
+        let interval = match (row.ci95_low_ms, row.ci95_high_ms) {
+            (Some(low), Some(high)) if !is_mocked(row) && low <= high => Some((low, high)),
+            _ => None,
+        };
+        Time { ms, interval }
+    }
+}
+
+/// Compares two times: measured times with intervals tie when the
+/// intervals overlap; otherwise [`order`] applies the tolerance.
+pub fn order_times(a: Time, b: Time) -> Order {
+    match (a.interval, b.interval) {
+        (Some((a_low, a_high)), Some((b_low, b_high))) => {
+            if a_high < b_low {
+                Order::Below
+            } else if b_high < a_low {
+                Order::Above
+            } else {
+                Order::Tie
+            }
+        }
+        _ => order(a.ms, b.ms),
+    }
+}
+
+/// The cells for, against and tied with a claim, printed as
+/// "k of n (p%; t tied, w against)".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Votes {
+    pub hits: usize,
+    pub ties: usize,
+    pub misses: usize,
+}
+
+impl Votes {
+    /// Counts a comparison: `Below` is a hit when `hit_when` is `Below`, and so on.
+    pub fn add(&mut self, order: Order, hit_when: Order) {
+        if order == Order::Tie {
+            self.ties += 1;
+        } else if order == hit_when {
+            self.hits += 1;
+        } else {
+            self.misses += 1;
+        }
+    }
+
+    pub fn total(self) -> usize {
+        self.hits + self.ties + self.misses
+    }
+
+    /// Hits over all cells, ties included in the total.
+    pub fn tally(self) -> Tally {
+        Tally {
+            hits: self.hits,
+            total: self.total(),
+        }
+    }
+}
+
+impl std::fmt::Display for Votes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Tally { hits, total } = self.tally();
+        write!(
+            f,
+            "{hits} of {total} ({:.0}%; {} tied, {} against)",
+            100.0 * self.tally().share(),
+            self.ties,
+            self.misses
+        )
+    }
+}
+
+/// At most `shown` of `items`, then how many more there are.
+pub fn first_of(items: &[String], shown: usize) -> String {
+    let mut out = items
+        .iter()
+        .take(shown)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > shown {
+        out += &format!("; and {} more", items.len() - shown);
+    }
+    out
+}
 
 /// Where a measurement sits in the study, less the algorithm.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -33,9 +159,33 @@ impl<'a> Key<'a> {
     }
 }
 
+impl Key<'_> {
+    /// The device and network, for evidence that compares the
+    /// compressions or tunings of one network.
+    pub fn network(&self) -> String {
+        format!("{} {}/{}", self.device, self.dataset, self.model)
+    }
+
+    pub fn tuning(&self) -> &'static str {
+        if self.tuned { "tuned" } else { "untuned" }
+    }
+}
+
+impl std::fmt::Display for Key<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} {}",
+            self.network(),
+            self.compression,
+            self.tuning()
+        )
+    }
+}
+
 /// Medians of the native engine's rows (the algorithm axis) at batch 1.
 pub struct Cells<'a> {
-    times: BTreeMap<Key<'a>, BTreeMap<Algorithm, f64>>,
+    times: BTreeMap<Key<'a>, BTreeMap<Algorithm, Time>>,
     /// Devices in the order their first row appears, for stable evidence.
     order: Vec<&'a str>,
 }
@@ -45,7 +195,7 @@ impl<'a> Cells<'a> {
     /// their own kernels do not enter. Where an algorithm was measured in
     /// several formats or files, its fastest time counts.
     pub fn new(rows: &'a [ResultRow]) -> Cells<'a> {
-        let mut times: BTreeMap<Key, BTreeMap<Algorithm, f64>> = BTreeMap::new();
+        let mut times: BTreeMap<Key, BTreeMap<Algorithm, Time>> = BTreeMap::new();
         let mut order = Vec::new();
         for r in rows {
             let Some(ms) = r.median_ms else { continue };
@@ -62,12 +212,15 @@ impl<'a> Cells<'a> {
                 compression: r.compression,
                 tuned: r.tuned,
             };
+            let time = Time::of(r, ms);
             let slot = times
                 .entry(key)
                 .or_default()
                 .entry(r.algorithm)
-                .or_insert(ms);
-            *slot = slot.min(ms);
+                .or_insert(time);
+            if ms < slot.ms {
+                *slot = time;
+            }
         }
         Cells { times, order }
     }
@@ -79,11 +232,30 @@ impl<'a> Cells<'a> {
 
     /// The fastest algorithm of a cell and its time.
     pub fn best(&self, key: &Key) -> Option<(Algorithm, f64)> {
+        self.best_time(key).map(|(a, t)| (a, t.ms))
+    }
+
+    /// The fastest algorithm of a cell and its time with its interval.
+    pub fn best_time(&self, key: &Key) -> Option<(Algorithm, Time)> {
         self.times
             .get(key)?
             .iter()
             .map(|(a, t)| (*a, *t))
-            .min_by(|x, y| x.1.total_cmp(&y.1))
+            .min_by(|x, y| x.1.ms.total_cmp(&y.1.ms))
+    }
+
+    /// Every algorithm measured in a cell, with its time.
+    pub fn algorithms(&self, key: &Key) -> Vec<(Algorithm, Time)> {
+        self.times
+            .get(key)
+            .map(|t| t.iter().map(|(a, t)| (*a, *t)).collect())
+            .unwrap_or_default()
+    }
+
+    /// How cell `a` compares with cell `b`, each with its fastest algorithm:
+    /// `Below` when `a` is faster.
+    pub fn order(&self, a: &Key, b: &Key) -> Option<Order> {
+        Some(order_times(self.best_time(a)?.1, self.best_time(b)?.1))
     }
 
     /// How much faster the cell is than the dense network under the same
@@ -211,5 +383,34 @@ mod tests {
         assert!(t.majority());
         assert_eq!(t.to_string(), "2 of 3 (67%)");
         assert!(!Tally::default().majority());
+    }
+
+    #[test]
+    fn differences_within_the_tolerance_or_the_intervals_are_ties() {
+        assert_eq!(order(1.0, 1.09), Order::Tie);
+        assert_eq!(order(1.0, 1.11), Order::Below);
+        assert_eq!(order(1.11, 1.0), Order::Above);
+        let t = |ms, interval| Time { ms, interval };
+        // Intervals decide when both have them, however far the medians are.
+        assert_eq!(
+            order_times(t(1.0, Some((0.9, 1.5))), t(2.0, Some((1.4, 2.1)))),
+            Order::Tie
+        );
+        assert_eq!(
+            order_times(t(1.0, Some((0.99, 1.01))), t(1.05, Some((1.04, 1.06)))),
+            Order::Below
+        );
+        assert_eq!(
+            order_times(t(1.0, None), t(1.05, Some((1.04, 1.06)))),
+            Order::Tie
+        );
+        let mut v = Votes::default();
+        v.add(Order::Below, Order::Below);
+        v.add(Order::Tie, Order::Below);
+        v.add(Order::Above, Order::Below);
+        assert_eq!(v.to_string(), "1 of 3 (33%; 1 tied, 1 against)");
+        let items: Vec<String> = ["a", "b", "c"].map(String::from).into();
+        assert_eq!(first_of(&items, 2), "a; b; and 1 more");
+        assert_eq!(first_of(&items, 3), "a; b; c");
     }
 }

@@ -21,7 +21,7 @@
 pub mod cells;
 mod render;
 
-pub use render::{devices, sections, statement, text_of};
+pub use render::{devices, sections, statement, text_of, why_not};
 
 use crate::compression::{RecordedAccuracy, Sweeps};
 use crate::inputs::Network;
@@ -78,11 +78,16 @@ impl Verdict {
     }
 }
 
-/// One part of a predicate: its verdict and the sentence of evidence.
+/// One part of a predicate: its verdict, the sentence of evidence and,
+/// where it does not hold, what in the data goes against it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Part {
     pub verdict: Verdict,
     pub evidence: String,
+    /// The cells that go against the part and by how much (or the number
+    /// that misses its threshold), generated from the data; a reader of a
+    /// "does not hold" sees why without opening the results.
+    pub against: String,
 }
 
 impl Part {
@@ -90,11 +95,20 @@ impl Part {
         Part {
             verdict,
             evidence: evidence.into(),
+            against: String::new(),
         }
     }
 
     pub fn untestable(evidence: impl Into<String>) -> Part {
         Part::new(Verdict::CannotBeTested, evidence)
+    }
+
+    /// The part with what goes against it, kept only if it does not hold.
+    pub fn against(mut self, against: impl Into<String>) -> Part {
+        if self.verdict == Verdict::DoesNotHold {
+            self.against = against.into();
+        }
+        self
     }
 }
 
@@ -104,6 +118,10 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// One sentence per part of the predicate, with its numbers.
     pub evidence: Vec<String>,
+    /// Why it does not hold: one sentence per failed part, from the data.
+    /// Empty unless the verdict is "does not hold".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explanation: Vec<String>,
     /// Devices whose results entered the check.
     pub devices: Vec<String>,
 }
@@ -111,9 +129,15 @@ pub struct Outcome {
 impl Outcome {
     /// The conjunction of `parts`, over the rows of `devices`.
     pub fn of(parts: Vec<Part>, devices: Vec<String>) -> Outcome {
+        let explanation = parts
+            .iter()
+            .filter(|p| p.verdict == Verdict::DoesNotHold && !p.against.is_empty())
+            .map(|p| p.against.clone())
+            .collect();
         Outcome {
             verdict: parts.iter().fold(Verdict::Holds, |v, p| v.and(p.verdict)),
             evidence: parts.into_iter().map(|p| p.evidence).collect(),
+            explanation,
             devices,
         }
     }

@@ -21,6 +21,15 @@ pub fn devices(list: &[String]) -> String {
     }
 }
 
+/// " Against it: ...", the explanation of a verdict that does not hold, or nothing.
+pub fn why_not(explanation: &[String]) -> String {
+    if explanation.is_empty() {
+        String::new()
+    } else {
+        format!(" *Against it:* {}.", explanation.join("; "))
+    }
+}
+
 /// The verdict table and one section per observation: how it is checked
 /// and what each results file says.
 pub fn sections(out: &mut String, all: &[Observation], checked: &[Checked]) {
@@ -52,10 +61,11 @@ pub fn sections(out: &mut String, all: &[Observation], checked: &[Checked]) {
             let outcome = &c.outcomes[i];
             let _ = writeln!(
                 out,
-                "- `{}`: **{}**. {}. Devices: {}.",
+                "- `{}`: **{}**. {}.{} Devices: {}.",
                 c.file,
                 outcome.verdict.label(),
                 outcome.evidence.join("; "),
+                why_not(&outcome.explanation),
                 devices(&outcome.devices)
             );
         }
@@ -71,6 +81,9 @@ pub fn text_of(all: &[Observation], checked: &[Checked]) -> String {
             let _ = writeln!(out, "  {:<5} {}", o.numeral, outcome.verdict.label());
             for e in &outcome.evidence {
                 let _ = writeln!(out, "        {e}");
+            }
+            for e in &outcome.explanation {
+                let _ = writeln!(out, "        against it: {e}");
             }
             let _ = writeln!(out, "        devices: {}", devices(&outcome.devices));
         }

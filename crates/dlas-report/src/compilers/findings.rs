@@ -4,7 +4,7 @@
 //! `claims/mod.rs`.
 
 use super::{Curves, Net, block_of, reversals};
-use crate::claims::cells::{Tally, num};
+use crate::claims::cells::{Order, Tally, Votes, first_of, num, order};
 use crate::claims::{
     Checked, Context, Observation, Outcome, Part, TOLERANCE, Verdict, Wording, sections,
 };
@@ -14,7 +14,8 @@ use std::fmt::Write;
 /// The batch size at which rankings and block-level gains are compared.
 const BATCH: usize = 1;
 
-/// The three findings, in the abstract's order.
+/// The abstract's three findings, in its order, with the reversal its
+/// Figure 1 names checked by name after C1.
 pub fn findings() -> Vec<Observation> {
     vec![
         Observation {
@@ -25,6 +26,15 @@ pub fn findings() -> Vec<Observation> {
             source: "We demonstrate how vendor-specific optimizations can invalidate relative performance comparisons between architectural archetypes, with performance advantages sometimes completely reversing after compilation.",
             predicate: "On some device, for some baseline and compiled pair, a transformer and a network without attention measured at batch 1 swap their order by throughput, by more than the tolerance: the leader's lead uncompiled times the other's lead compiled exceeds it.",
             check: reversal,
+        },
+        Observation {
+            numeral: "C1a",
+            layer: "Systems software",
+            statement: "The reversal of NGraphBench's Figure 1, by name: on the Orin, EfficientNet-B0 is faster than Swin-T uncompiled and slower after the vendor compiler; on the Xeon, the inverse.",
+            wording: Wording::Quoted,
+            source: "Figure 1: On the Orin, the convolutional-based EfficientNet has higher throughput than the transformer-based Swin. Applying TensorRT significantly improves throughput for both models. However, the EfficientNet is now slower than the Swin. On the Xeon with OpenVINO, we observe the exact inverse behavior.",
+            predicate: "On orin-gpu, efficientnet_b0's throughput at batch 1 exceeds swin_t's by more than the tolerance with eager, and falls below it by more than the tolerance with vendor (TensorRT in the paper); on xeon (OpenVINO in the paper), swin_t leads uncompiled and trails compiled in the same way. Each device is a part; a device without both networks under both compilers cannot test its part.",
+            check: figure1_reversal,
         },
         Observation {
             numeral: "C2",
@@ -41,7 +51,7 @@ pub fn findings() -> Vec<Observation> {
             statement: "Repeated blocks of simple architectures gain more from a vendor compiler as depth grows.",
             wording: Wording::Quoted,
             source: "Through fine-grained block-level experimentation, we establish that vendor-specific compilers can leverage repeated patterns in simple architectures, yielding disproportionate throughput gains as model depth increases.",
-            predicate: "For most (device, compiled configuration, simple block type: convolutions, batch norm and element-wise operators only), the RTR at batch 1 of the deepest block-repeat model exceeds that of the shallowest.",
+            predicate: "For most (device, compiled configuration, simple block type: convolutions, batch norm and element-wise operators only), the RTR at batch 1 of the deepest block-repeat model exceeds that of the shallowest by more than the tolerance.",
             check: deeper_gains_more,
         },
     ]
@@ -123,6 +133,10 @@ fn reversal(context: &Context) -> Outcome {
             Verdict::DoesNotHold,
             format!("no transformer and attention-free network swap places at batch {BATCH}"),
         )
+        .against(format!(
+            "on {}, every pair of a transformer and an attention-free network keeps its order at batch {BATCH}, or changes it by less than the tolerance",
+            entered.join(", ")
+        ))
     } else {
         let shown: Vec<String> = found.iter().take(3).map(|r| r.describe()).collect();
         Part::new(
@@ -137,6 +151,71 @@ fn reversal(context: &Context) -> Outcome {
     Outcome::of(vec![part], entered)
 }
 
+/// The reversal Figure 1 of NGraphBench names: (device, the network that
+/// leads uncompiled, the one that leads compiled), with the mocked
+/// devices' eager and vendor compilers.
+const FIGURE1: [(&str, &str, &str); 2] = [
+    ("orin-gpu", "efficientnet_b0", "swin_t"),
+    ("xeon", "swin_t", "efficientnet_b0"),
+];
+
+fn figure1_reversal(context: &Context) -> Outcome {
+    let curves = Curves::new(context.rows);
+    let net = |m: &str| (dlas_core::Dataset::Imagenet, m.to_string());
+    let mut parts = Vec::new();
+    let mut entered = Vec::new();
+    for (device, first, second) in FIGURE1 {
+        let t = |m: &str, c: &str| curves.at(device, &net(m), c, BATCH);
+        let (Some(fb), Some(sb), Some(fc), Some(sc)) = (
+            t(first, "eager"),
+            t(second, "eager"),
+            t(first, "vendor"),
+            t(second, "vendor"),
+        ) else {
+            parts.push(Part::untestable(format!(
+                "{device}: {first} and {second} are not both measured with eager and vendor at batch {BATCH}"
+            )));
+            continue;
+        };
+        entered.push(device.to_string());
+        let (before, after) = (order(fb, sb), order(fc, sc));
+        let word = |o: Order| match o {
+            Order::Above => "ahead of",
+            Order::Tie => "tied with",
+            Order::Below => "behind",
+        };
+        let evidence = format!(
+            "{device}: {first} {} {second} uncompiled ({} vs {} samples/s, eager) and {} it compiled ({} vs {}, vendor)",
+            word(before),
+            num(fb),
+            num(sb),
+            word(after),
+            num(fc),
+            num(sc)
+        );
+        let mut against = Vec::new();
+        if before != Order::Above {
+            against.push(format!(
+                "uncompiled, {first} is {} {second} ({}x), where the paper has it ahead",
+                word(before),
+                num(fb / sb)
+            ));
+        }
+        if after != Order::Below {
+            against.push(format!(
+                "compiled, {first} is {} {second} ({}x), where the paper has it behind",
+                word(after),
+                num(fc / sc)
+            ));
+        }
+        parts.push(
+            Part::new(Verdict::of(against.is_empty()), evidence)
+                .against(format!("{device}: {}", against.join("; "))),
+        );
+    }
+    Outcome::of(parts, entered)
+}
+
 fn gain_depends(context: &Context) -> Outcome {
     let curves = Curves::new(context.rows);
     let models = networks(context);
@@ -144,6 +223,7 @@ fn gain_depends(context: &Context) -> Outcome {
     let mut by_network = Tally::default();
     let mut spread_batch: f64 = 1.0;
     let mut spread_network: f64 = 1.0;
+    let (mut steady_batch, mut steady_network) = (Vec::new(), Vec::new());
     let mut entered = Vec::new();
     for device in devices(context) {
         for (baseline, compiled) in curves.pairs_on(&device) {
@@ -167,6 +247,13 @@ fn gain_depends(context: &Context) -> Outcome {
                     let spread = spread_of(&rtrs);
                     spread_batch = spread_batch.max(spread);
                     by_batch.add(spread > TOLERANCE);
+                    if spread <= TOLERANCE {
+                        steady_batch.push(format!(
+                            "{} on {device} ({compiled}) {}x",
+                            model.1,
+                            num(spread)
+                        ));
+                    }
                     if !entered.contains(&device) {
                         entered.push(device.clone());
                     }
@@ -176,13 +263,16 @@ fn gain_depends(context: &Context) -> Outcome {
                 let spread = spread_of(&at_one);
                 spread_network = spread_network.max(spread);
                 by_network.add(spread > TOLERANCE);
+                if spread <= TOLERANCE {
+                    steady_network.push(format!("{device} ({compiled}) {}x", num(spread)));
+                }
                 if !entered.contains(&device) {
                     entered.push(device.clone());
                 }
             }
         }
     }
-    let part = |tally: Tally, spread: f64, what: &str| {
+    let part = |tally: Tally, spread: f64, what: &str, steady: &[String]| {
         if tally.total == 0 {
             Part::untestable(format!("no configuration has two {what} measured"))
         } else {
@@ -194,12 +284,18 @@ fn gain_depends(context: &Context) -> Outcome {
                     num(spread)
                 ),
             )
+            .against(format!(
+                "RTR within the tolerance over {what} (spread) in {} of {}: {}",
+                steady.len(),
+                tally.total,
+                first_of(steady, 4)
+            ))
         }
     };
     Outcome::of(
         vec![
-            part(by_batch, spread_batch, "batch sizes"),
-            part(by_network, spread_network, "networks"),
+            part(by_batch, spread_batch, "batch sizes", &steady_batch),
+            part(by_network, spread_network, "networks", &steady_network),
         ],
         entered,
     )
@@ -223,8 +319,9 @@ fn deeper_gains_more(context: &Context) -> Outcome {
             kinds.push(kind.to_string());
         }
     }
-    let mut grows = Tally::default();
+    let mut grows = Votes::default();
     let mut examples = Vec::new();
+    let mut flat = Vec::new();
     let mut entered = Vec::new();
     for device in devices(context) {
         for (baseline, compiled) in curves.pairs_on(&device) {
@@ -250,13 +347,18 @@ fn deeper_gains_more(context: &Context) -> Outcome {
                 if shallow == deep {
                     continue;
                 }
-                grows.add(high > low);
+                let o = order(high, low);
+                grows.add(o, Order::Above);
+                let line = format!(
+                    "{kind} on {device} ({compiled}): RTR {} at depth {shallow}, {} at depth {deep}",
+                    num(low),
+                    num(high)
+                );
+                if o != Order::Above {
+                    flat.push(line.clone());
+                }
                 if examples.len() < 3 {
-                    examples.push(format!(
-                        "{kind} on {device} ({compiled}): RTR {} at depth {shallow}, {} at depth {deep}",
-                        num(low),
-                        num(high)
-                    ));
+                    examples.push(line);
                 }
                 if !entered.contains(&device) {
                     entered.push(device.clone());
@@ -264,18 +366,22 @@ fn deeper_gains_more(context: &Context) -> Outcome {
             }
         }
     }
-    let part = if grows.total == 0 {
+    let part = if grows.total() == 0 {
         Part::untestable(
             "no simple block type is measured at two depths uncompiled and compiled on one device",
         )
     } else {
         Part::new(
-            Verdict::of(grows.majority()),
+            Verdict::of(grows.tally().majority()),
             format!(
-                "the deepest model gains more than the shallowest in {grows}: {}",
+                "the deepest model gains more than the shallowest, beyond the tolerance, in {grows}: {}",
                 examples.join("; ")
             ),
         )
+        .against(format!(
+            "the deepest gains no more than the shallowest beyond the tolerance: {}",
+            first_of(&flat, 4)
+        ))
     };
     Outcome::of(vec![part], entered)
 }
@@ -292,7 +398,11 @@ pub fn markdown(checked: &[Checked]) -> String {
          baseline and compiled configuration: eager and vendor on the mocked devices, the native \
          engine untuned and tuned, tract-plain and tract-opt, ort-noopt and ort-opt. RTR is \
          defined in `docs/metrics.md`; *most* is more than half of the cells and two gains differ \
-         when they are more than {:.0}% apart, as for the DLAS study's observations. Architectures \
+         when they are more than {:.0}% apart, as for the DLAS study's observations: closer than \
+         that they tie, and a tie never counts for a finding. RTR is a ratio of medians with no \
+         interval, so the tolerance applies to measured rows too. A finding that does not hold \
+         says what goes against it (*Against it*), generated from the data. C1a is not in the \
+         abstract: it checks by name the reversal NGraphBench's Figure 1 shows. Architectures \
          are read from the zoo's operators: a transformer has attention, a CNN only convolutions, \
          batch norm and element-wise operators.\n",
         100.0 * (TOLERANCE - 1.0)
@@ -396,6 +506,50 @@ mod tests {
         ];
         assert_eq!(
             check("C1", &rows(300.0), &cnns).verdict,
+            Verdict::CannotBeTested
+        );
+    }
+
+    #[test]
+    fn c1a_checks_figure_1s_reversal_by_name() {
+        // The paper's Figure 1: on the Orin EfficientNet-B0 leads eager and
+        // trails vendor; on the Xeon the inverse.
+        let rows = |orin_effnet_vendor: f64| {
+            vec![
+                row("orin-gpu", "efficientnet_b0", "eager", 1, 150.0),
+                row("orin-gpu", "swin_t", "eager", 1, 100.0),
+                row(
+                    "orin-gpu",
+                    "efficientnet_b0",
+                    "vendor",
+                    1,
+                    orin_effnet_vendor,
+                ),
+                row("orin-gpu", "swin_t", "vendor", 1, 300.0),
+                row("xeon", "efficientnet_b0", "eager", 1, 100.0),
+                row("xeon", "swin_t", "eager", 1, 150.0),
+                row("xeon", "efficientnet_b0", "vendor", 1, 300.0),
+                row("xeon", "swin_t", "vendor", 1, 200.0),
+            ]
+        };
+        let holds = check("C1a", &rows(200.0), &[]);
+        assert_eq!(holds.verdict, Verdict::Holds, "{:?}", holds.evidence);
+        assert_eq!(holds.devices, ["orin-gpu", "xeon"]);
+        // 290 against 300 compiled is a tie, not a reversal.
+        let tie = check("C1a", &rows(290.0), &[]);
+        assert_eq!(tie.verdict, Verdict::DoesNotHold);
+        assert_eq!(
+            tie.explanation,
+            [
+                "orin-gpu: compiled, efficientnet_b0 is tied with swin_t (0.967x), where the paper has it behind"
+            ]
+        );
+        let orin_only: Vec<_> = rows(200.0)
+            .into_iter()
+            .filter(|r| r.device == "orin-gpu")
+            .collect();
+        assert_eq!(
+            check("C1a", &orin_only, &[]).verdict,
             Verdict::CannotBeTested
         );
     }

@@ -7,6 +7,58 @@ use crate::inputs::{Inputs, study_path};
 use dlas_core::Compression;
 
 /// Figure 1: the six layers of the stack with the values the study perturbs.
+/// What the compression facts rest on, for the footers of every output
+/// drawn from them: the weights are seeded and untrained, so the sweeps
+/// count what L1 pruning of those weights removes (which layers lose
+/// weights follows their initial scale, not training), not what pruning a
+/// trained network removes or what accuracy it keeps.
+pub fn untrained_note() -> String {
+    format!(
+        "The zoo's weights are seeded (seed {}) and untrained: the pruning counts show what L1 pruning of those weights removes, where the initial scale of each layer decides which layers lose most, not what pruning a trained network would remove, and say nothing of accuracy.",
+        dlas_zoo::weights::MODEL_SEED
+    )
+}
+
+/// How the chosen pruning levels were chosen, from the recorded
+/// accuracies and the sweeps: the study file's fixed levels unless a
+/// pruned network's accuracy is recorded.
+pub fn levels_note(inputs: &Inputs) -> String {
+    let recorded = inputs
+        .accuracy
+        .iter()
+        .filter(|a| a.technique.is_pruning())
+        .count();
+    let mut levels: Vec<String> = Vec::new();
+    for technique in [Compression::WeightPruning, Compression::ChannelPruning] {
+        let mut at: Vec<f64> = inputs
+            .sweeps
+            .points
+            .iter()
+            .filter(|p| p.chosen && p.technique == technique)
+            .map(|p| p.level)
+            .collect();
+        at.sort_by(f64::total_cmp);
+        at.dedup();
+        if !at.is_empty() {
+            let at: Vec<String> = at.iter().map(|l| format!("{:.0}%", 100.0 * l)).collect();
+            levels.push(format!("{technique} {}", at.join(", ")));
+        }
+    }
+    let levels = levels.join(", ");
+    if recorded == 0 {
+        format!(
+            "No pruned network's accuracy is recorded, so every chosen level is the study file's fixed level ({levels}), not the elbow of fine-tuned accuracy the paper chose."
+        )
+    } else {
+        format!(
+            "Chosen levels ({levels}): the elbow of the {recorded} recorded pruned accuracies where a network has them, else the study file's fixed level."
+        )
+    }
+}
+
+/// Where the recorded accuracies come from.
+pub const PUBLISHED_NOTE: &str = "Accuracies are published third-party numbers for the dense networks (data/accuracy/published.csv names each source); nothing here trains a network or measures its accuracy.";
+
 pub fn stack(inputs: &Inputs) -> FigureData {
     let s = inputs.study;
     let join = |v: Vec<String>| v.join(", ");
@@ -206,7 +258,7 @@ pub fn layer(inputs: &Inputs) -> anyhow::Result<FigureData> {
         log_y: false,
         body: Body::Matrices { columns: 2, panels },
         footer: format!(
-            "Source: {} (dlas-compress on the zoo's weights of {}/{}, seed {}). Shown: the first {} of {o} output channels (rows) by the first {} of {} weights per channel (columns: {} input channels x {kh}x{kw} kernel) of the {o}x{i}x{kh}x{kw} weight. No results enter this figure.",
+            "Source: {} (dlas-compress on the zoo's weights of {}/{}, seed {}). Shown: the first {} of {o} output channels (rows) by the first {} of {} weights per channel (columns: {} input channels x {kh}x{kw} kernel) of the {o}x{i}x{kh}x{kw} weight. A real layer of the network, with seeded, untrained weights: it shows where each technique acts, not the weights of a trained layer. {} No results enter this figure.",
             crate::compression::layer_path(&inputs.study.name),
             l.dataset,
             l.model,
@@ -215,6 +267,7 @@ pub fn layer(inputs: &Inputs) -> anyhow::Result<FigureData> {
             l.columns,
             i * kh * kw,
             l.columns / (kh * kw).max(1),
+            levels_note(inputs),
         ),
     })
 }
@@ -323,9 +376,12 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
             panels,
         },
         footer: format!(
-            "Source: {} (dlas-compress on the zoo's weights, seed {}: global L1 weight pruning, L1 channel pruning with zeroed channels; the study's schedules) and data/accuracy/published.csv (recorded accuracies only, never estimated). The chosen level is the elbow of recorded accuracy, else the study file's level. No results enter this figure.",
+            "Source: {} (dlas-compress on the zoo's weights, seed {}: global L1 weight pruning, L1 channel pruning with zeroed channels; the study's schedules) and data/accuracy/published.csv (recorded accuracies only, never estimated). {} {} {} No results enter this figure.",
             crate::compression::sweep_path(&inputs.study.name),
             dlas_zoo::weights::MODEL_SEED,
+            untrained_note(),
+            levels_note(inputs),
+            PUBLISHED_NOTE,
         ),
     }
 }

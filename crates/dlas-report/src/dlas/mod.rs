@@ -14,6 +14,7 @@ mod tables;
 use crate::catalogue::Catalogue;
 use crate::figure::FigureData;
 use crate::inputs::Inputs;
+use crate::paper_map::{Item, Mapped, OURS};
 use crate::table::Table;
 use anyhow::{Result, bail};
 use dlas_core::Dataset;
@@ -27,6 +28,92 @@ pub const FIGURES: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8, 9];
 pub const CLAIMS: &str = "paper-tables/claims.md";
 /// The page a reviewer opens.
 pub const PAGE: &str = "figures/index.html";
+
+/// What each figure and table reproduces of the DLAS paper
+/// (`../shared/papers/dlas.txt`), which describes Figures 1-2 and Tables
+/// 1, 2 and 5; every other number is ours.
+pub const PAPER_MAP: &[Mapped] = &[
+    Mapped {
+        item: Item::Figure(1),
+        paper: "the DLAS paper's Figure 1 (the six layers of the stack, with examples)",
+        differs: "drawn from the study file: each layer lists the values the study perturbs, not the paper's examples",
+    },
+    Mapped {
+        item: Item::Figure(2),
+        paper: "the DLAS paper's Figure 2 (a dense convolution, weight pruning, channel pruning, quantization)",
+        differs: "one real layer (cifar10/resnet18) at each stage instead of a schematic; its weights are the zoo's seeded, untrained ones, so the picture shows where pruning and int8 act, not what trained weights look like; int8 instead of the paper's nine-level illustration",
+    },
+    Mapped {
+        item: Item::Figure(3),
+        paper: OURS,
+        differs: "pruning sweeps (compression ratio and remaining MACs per level) of the seeded, untrained networks; the paper chose each level at the elbow of fine-tuned accuracy, ours are the study file's fixed levels",
+    },
+    Mapped {
+        item: Item::Figure(4),
+        paper: OURS,
+        differs: "inference time per device, network, compression and algorithm, untuned; mocked devices are the performance model, the host is measured",
+    },
+    Mapped {
+        item: Item::Figure(5),
+        paper: OURS,
+        differs: "speedup of each compression over dense; the evidence of observations II, IV-VI",
+    },
+    Mapped {
+        item: Item::Figure(6),
+        paper: OURS,
+        differs: "the fastest algorithm per network, compression and device; the evidence of observations VII-IX",
+    },
+    Mapped {
+        item: Item::Figure(7),
+        paper: OURS,
+        differs: "expected (remaining MACs) against achieved speedup of pruning; the evidence of observations IV and X",
+    },
+    Mapped {
+        item: Item::Figure(8),
+        paper: OURS,
+        differs: "the speedup tuning brings; the evidence of observations XI and XII",
+    },
+    Mapped {
+        item: Item::Table(1),
+        paper: "the DLAS paper's Table 1 (the hardware platforms)",
+        differs: "adds the measured host and the public figures the performance model reads for each mocked platform",
+    },
+    Mapped {
+        item: Item::Table(2),
+        paper: "the DLAS paper's Table 2 (the CIFAR-10 networks, their MACs and parameters)",
+        differs: "adds compression at the study file's fixed pruning levels (not the paper's accuracy elbows) counted on seeded, untrained weights; the dense accuracies are published third-party numbers (data/accuracy/published.csv), not measured here",
+    },
+    Mapped {
+        item: Item::Table(3),
+        paper: OURS,
+        differs: "CIFAR-10 inference time on the CPU platforms per network, compression and algorithm",
+    },
+    Mapped {
+        item: Item::Table(4),
+        paper: OURS,
+        differs: "CIFAR-10 inference time on the GPU platforms per network, compression and algorithm",
+    },
+    Mapped {
+        item: Item::Table(5),
+        paper: "the DLAS paper's Table 5 (the ImageNet networks, their MACs and parameters)",
+        differs: "as Table 2: fixed pruning levels on seeded, untrained weights; published third-party dense accuracies",
+    },
+    Mapped {
+        item: Item::Table(6),
+        paper: OURS,
+        differs: "ImageNet inference time on the CPU platforms per network, compression and algorithm",
+    },
+    Mapped {
+        item: Item::Table(7),
+        paper: OURS,
+        differs: "ImageNet inference time on the GPU platforms per network, compression and algorithm",
+    },
+    Mapped {
+        item: Item::Table(8),
+        paper: OURS,
+        differs: "the paper's thirteen observations (stated in its text) checked on each results file, with evidence",
+    },
+];
 
 /// The DLAS study's catalogue.
 pub static CATALOGUE: Catalogue = Catalogue {
@@ -45,7 +132,18 @@ pub static CATALOGUE: Catalogue = Catalogue {
     figure,
     observations: observations::observations,
     claims_markdown: observations::markdown,
+    paper_map: PAPER_MAP,
+    disclosures: DISCLOSURES,
 };
+
+/// What the DLAS study's numbers rest on that a reader could mistake; the
+/// footers of the outputs concerned say the same with their numbers.
+pub const DISCLOSURES: &[&str] = &[
+    "Untrained weights. Every network carries the zoo's seeded, untrained weights. The pruning sweeps (Figure 3, the compression columns of Tables 2 and 5, the expected speedups of Figure 7 and of observations IV and X) and Figure 2's real layer are computed on them: they show what L1 pruning of those weights removes, and where (the initial scale of each layer decides which layers lose most), not what pruning a trained network would remove; they say nothing of accuracy. Inference times do not depend on weight values, except through the sparsity pruning leaves.",
+    "Fixed pruning levels. The paper ran each pruning technique at the elbow of its fine-tuned accuracy; no pruned network's accuracy is recorded here, so each technique runs at the study file's fixed level (weight pruning 80% of weights, channel pruning 50% of channels), and comparisons between the techniques (observation IV) are at those levels.",
+    "Published accuracies. The accuracies in Tables 2 and 5, Figure 3 and observations I and III are published third-party numbers for the dense networks (data/accuracy/published.csv names each source: kuangliu/pytorch-cifar for CIFAR-10, torchvision for ImageNet); nothing here trains a network or measures its accuracy.",
+    "Modelled devices. The i7, HiKey 970 and Xavier rows come from a performance model of each platform's public specifications (docs/devices.md), not from the paper's hardware; only the host rows are measured. A verdict on modelled rows is a finding about the model.",
+];
 
 /// Table `n` as data.
 pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
@@ -97,9 +195,11 @@ pub fn figure(n: usize, inputs: &Inputs) -> Result<FigureData> {
             inputs,
             &|d, m, c| inputs.sweeps.expected_speedup(d, m, c),
             format!(
-                "{} Expected speedups: {}.",
+                "{} Expected speedups: {} (dense MACs over the MACs left at the chosen level). {} {}",
                 native_footer(),
-                crate::compression::sweep_path(&inputs.study.name)
+                crate::compression::sweep_path(&inputs.study.name),
+                illustrations::untrained_note(),
+                illustrations::levels_note(inputs)
             ),
         )),
         8 => Ok(analysis::tuning_speedup(inputs, native_footer())),

@@ -197,8 +197,11 @@ pub fn networks(inputs: &Inputs, dataset: Dataset, number: usize) -> Result<Tabl
             "Source: the zoo's graph IR (crates/dlas-zoo; MACs count convolution and linear multiply-accumulates at batch 1); \
              pruning at the chosen level: {} (dlas-compress on the zoo's seeded weights; compression ratio = dense over non-zero parameters); \
              accuracy: data/accuracy/published.csv ('-': not recorded; never estimated). \
-             Output fidelity of each compressed network against dense: `dlas compress MODEL --dataset {dataset} --technique T`. No results enter this table.",
-            crate::compression::sweep_path(&inputs.study.name)
+             Output fidelity of each compressed network against dense: `dlas compress MODEL --dataset {dataset} --technique T`. {} {} {} No results enter this table.",
+            crate::compression::sweep_path(&inputs.study.name),
+            super::illustrations::untrained_note(),
+            super::illustrations::levels_note(inputs),
+            super::illustrations::PUBLISHED_NOTE,
         ),
     })
 }

@@ -1,6 +1,6 @@
 //! Observations VII to X: algorithms and data formats (layer 4 of the stack).
 
-use crate::claims::cells::{Cells, Key, Tally, median, num};
+use crate::claims::cells::{Cells, Key, Order, Tally, first_of, median, num, order_times};
 use crate::claims::{Context, Observation, Outcome, Part, RARELY, TOLERANCE, Verdict, Wording};
 use dlas_core::{Algorithm, Compression};
 use dlas_devices::DeviceKind;
@@ -14,7 +14,7 @@ pub(super) fn observations() -> Vec<Observation> {
             statement: "Spatial-pack convolution is generally the best algorithm for dense models on the CPU when tuned.",
             wording: Wording::Quoted,
             source: "In the dense case, when tuned, VII) spatial-pack convolution is generally the best algorithm on the CPU (when tuned).",
-            predicate: "Over tuned dense cells (CPU device, network), spatial pack is the fastest algorithm in most.",
+            predicate: "Over tuned dense cells (CPU device, network), spatial pack is the fastest algorithm, or within the tolerance of the fastest (measured: its 95% interval overlaps the fastest's), in most.",
             check: |c| fastest_in_most(c, DeviceKind::Cpu, Algorithm::SpatialPack),
         },
         Observation {
@@ -23,7 +23,7 @@ pub(super) fn observations() -> Vec<Observation> {
             statement: "Direct convolution is generally the best algorithm for dense models on the GPU when tuned.",
             wording: Wording::Quoted,
             source: "VIII) direct convolution is generally the best algorithm on the GPU (when tuned).",
-            predicate: "Over tuned dense cells (GPU device, network), direct is the fastest algorithm in most.",
+            predicate: "Over tuned dense cells (GPU device, network), direct is the fastest algorithm, or within the tolerance of the fastest (measured: its 95% interval overlaps the fastest's), in most.",
             check: |c| fastest_in_most(c, DeviceKind::Gpu, Algorithm::Direct),
         },
         Observation {
@@ -32,7 +32,7 @@ pub(super) fn observations() -> Vec<Observation> {
             statement: "For sparse (pruned) models, GEMM is generally the best algorithm on CPUs and direct on GPUs.",
             wording: Wording::Quoted,
             source: "In the sparse case, IX) GEMM is generally the best algorithm on CPUs, and direct is generally the best on GPU.",
-            predicate: "Over pruned cells (device, network, technique, tuning): GEMM is the fastest in most CPU cells, and direct in most GPU cells.",
+            predicate: "Over pruned cells (device, network, technique, tuning): GEMM is the fastest, or within the tolerance of the fastest, in most CPU cells, and direct in most GPU cells.",
             check: sparse_algorithms,
         },
         Observation {
@@ -47,53 +47,90 @@ pub(super) fn observations() -> Vec<Observation> {
     ]
 }
 
-/// Winners of the cells selected by `select`, on devices of `kind`.
-fn winners<'a>(
+/// How one algorithm fares against the others in the cells of a kind.
+#[derive(Default)]
+struct Race<'a> {
+    /// Cells where the algorithm is the fastest or within the tolerance of
+    /// it (measured: its 95% interval overlaps the fastest's).
+    at_best: Tally,
+    /// Of those, cells where it is the fastest beyond the tolerance.
+    alone: usize,
+    /// Cells each other algorithm wins outright.
+    others: BTreeMap<Algorithm, usize>,
+    /// The cells it loses, with the winner and by how much.
+    against: Vec<String>,
+    devices: Vec<&'a str>,
+}
+
+/// `algorithm` against the fastest of each cell selected by `select`, on
+/// devices of `kind`.
+fn race<'a>(
     context: &Context,
     cells: &'a Cells<'a>,
     kind: DeviceKind,
+    algorithm: Algorithm,
     select: impl Fn(&Key) -> bool,
-) -> (BTreeMap<Algorithm, usize>, Vec<&'a str>) {
-    let mut wins: BTreeMap<Algorithm, usize> = BTreeMap::new();
-    let mut devices = Vec::new();
+) -> Race<'a> {
+    let mut race = Race::default();
     for key in cells.keys() {
         if context.kind(key.device) != Some(kind) || !select(key) {
             continue;
         }
-        if let Some((a, _)) = cells.best(key) {
-            *wins.entry(a).or_default() += 1;
-            devices.push(key.device);
+        let Some((best, best_time)) = cells.best_time(key) else {
+            continue;
+        };
+        race.devices.push(key.device);
+        let times = cells.algorithms(key);
+        let mine = times.iter().find(|(a, _)| *a == algorithm).map(|x| x.1);
+        let at_best = mine.is_some_and(|t| order_times(t, best_time) != Order::Above);
+        race.at_best.add(at_best);
+        let rivals_tie = times
+            .iter()
+            .filter(|(a, _)| *a != algorithm)
+            .any(|(_, t)| mine.is_some_and(|m| order_times(*t, m) != Order::Above));
+        if at_best && !rivals_tie {
+            race.alone += 1;
+        }
+        if !at_best {
+            *race.others.entry(best).or_default() += 1;
+            race.against.push(match mine {
+                Some(t) => format!("{key}: {best} {}x faster", num(t.ms / best_time.ms)),
+                None => format!("{key}: {algorithm} not measured, {best} fastest"),
+            });
         }
     }
-    (wins, devices)
+    race
 }
 
-/// Whether `algorithm` wins most cells, with the tally of every algorithm.
-fn winner_part(wins: &BTreeMap<Algorithm, usize>, algorithm: Algorithm, what: &str) -> Part {
-    let total: usize = wins.values().sum();
-    if total == 0 {
+/// Whether `algorithm` is at the best in most cells, with the winners of the others.
+fn winner_part(race: &Race, algorithm: Algorithm, what: &str) -> Part {
+    if race.at_best.total == 0 {
         return Part::untestable(format!("no {what} measured"));
     }
-    let tally = Tally {
-        hits: wins.get(&algorithm).copied().unwrap_or(0),
-        total,
-    };
-    let others: Vec<String> = wins
+    let others: Vec<String> = race
+        .others
         .iter()
-        .filter(|(a, _)| **a != algorithm)
         .map(|(a, n)| format!("{a} {n}"))
         .collect();
     Part::new(
-        Verdict::of(tally.majority()),
+        Verdict::of(race.at_best.majority()),
         format!(
-            "{algorithm} is the fastest in {tally} {what}{}",
+            "{algorithm} is the fastest or within the tolerance of it in {} {what} (alone in {}){}",
+            race.at_best,
+            race.alone,
             if others.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", others.join(", "))
+                format!("; another is faster in the rest ({})", others.join(", "))
             }
         ),
     )
+    .against(format!(
+        "{algorithm} slower beyond the tolerance in {} of {} {what}: {}",
+        race.against.len(),
+        race.at_best.total,
+        first_of(&race.against, 4)
+    ))
 }
 
 fn kind_name(kind: DeviceKind) -> &'static str {
@@ -105,13 +142,13 @@ fn kind_name(kind: DeviceKind) -> &'static str {
 
 fn fastest_in_most(context: &Context, kind: DeviceKind, algorithm: Algorithm) -> Outcome {
     let cells = Cells::new(context.rows);
-    let (wins, devices) = winners(context, &cells, kind, |k| {
+    let race = race(context, &cells, kind, algorithm, |k| {
         k.tuned && k.compression == Compression::Dense
     });
     let what = format!("tuned dense {} cells", kind_name(kind));
     Outcome::of(
-        vec![winner_part(&wins, algorithm, &what)],
-        cells.ordered(devices),
+        vec![winner_part(&race, algorithm, &what)],
+        cells.ordered(race.devices.iter().copied()),
     )
 }
 
@@ -123,10 +160,12 @@ fn sparse_algorithms(context: &Context) -> Outcome {
         (DeviceKind::Cpu, Algorithm::Gemm),
         (DeviceKind::Gpu, Algorithm::Direct),
     ] {
-        let (wins, devices) = winners(context, &cells, kind, |k| k.compression.is_pruning());
+        let race = race(context, &cells, kind, algorithm, |k| {
+            k.compression.is_pruning()
+        });
         let what = format!("pruned {} cells", kind_name(kind));
-        parts.push(winner_part(&wins, algorithm, &what));
-        all_devices.extend(devices);
+        parts.push(winner_part(&race, algorithm, &what));
+        all_devices.extend(race.devices);
     }
     Outcome::of(parts, cells.ordered(all_devices))
 }
@@ -134,6 +173,7 @@ fn sparse_algorithms(context: &Context) -> Outcome {
 fn expected_speedups(context: &Context) -> Outcome {
     let cells = Cells::new(context.rows);
     let mut reached = Tally::default();
+    let mut close_cells = Vec::new();
     let mut shares = Vec::new();
     let mut devices = Vec::new();
     for key in cells.keys() {
@@ -148,7 +188,15 @@ fn expected_speedups(context: &Context) -> Outcome {
         ) else {
             continue;
         };
-        reached.add(achieved * TOLERANCE >= expected);
+        let close = achieved * TOLERANCE >= expected;
+        reached.add(close);
+        if close {
+            close_cells.push(format!(
+                "{key}: {}x of an expected {}x",
+                num(achieved),
+                num(expected)
+            ));
+        }
         shares.push(achieved / expected);
         devices.push(key.device);
     }
@@ -162,7 +210,12 @@ fn expected_speedups(context: &Context) -> Outcome {
                 "pruned networks come within 10% of their expected speedup in {reached} cells; median achieved/expected {}",
                 num(m)
             ),
-        ),
+        )
+        .against(format!(
+            "within 10% of the expected speedup in {reached} cells, not under {:.0}%: {}",
+            100.0 * RARELY,
+            first_of(&close_cells, 4)
+        )),
     };
     Outcome::of(vec![part], cells.ordered(devices))
 }
@@ -211,8 +264,65 @@ mod tests {
         assert_eq!(viii.verdict, Verdict::Holds, "{:?}", viii.evidence);
         assert_eq!(
             viii.evidence,
-            ["direct is the fastest in 2 of 2 (100%) tuned dense GPU cells"]
+            [
+                "direct is the fastest or within the tolerance of it in 2 of 2 (100%) tuned dense GPU cells (alone in 2)"
+            ]
         );
+        // Spatial pack 5% behind gemm ties with it: VII holds, not alone.
+        let close = verdict("VII", &rows([3.0, 1.0, 1.05]));
+        assert_eq!(close.verdict, Verdict::Holds, "{:?}", close.evidence);
+        assert!(
+            close.evidence[0].contains("(alone in 0)"),
+            "{:?}",
+            close.evidence
+        );
+        // 20% behind: it loses, and the explanation names the cells.
+        let behind = verdict("VII", &rows([3.0, 1.0, 1.2]));
+        assert_eq!(behind.verdict, Verdict::DoesNotHold);
+        assert_eq!(
+            behind.explanation,
+            [
+                "spatial-pack slower beyond the tolerance in 2 of 2 tuned dense CPU cells: i7 cifar10/resnet18 dense tuned: gemm 1.2x faster; i7 cifar10/vgg16 dense tuned: gemm 1.2x faster"
+            ]
+        );
+    }
+
+    #[test]
+    fn measured_times_tie_when_their_intervals_overlap() {
+        let rows = |interval: (f64, f64)| {
+            let mut rows = cell(
+                "host",
+                Dataset::Cifar10,
+                "resnet18",
+                Compression::Dense,
+                true,
+                [3.0, 1.0, 1.5],
+            );
+            for r in &mut rows {
+                r.source = "env-test".into();
+                r.ci95_low_ms = Some(r.median_ms.unwrap() * 0.95);
+                r.ci95_high_ms = Some(r.median_ms.unwrap() * 1.05);
+            }
+            rows[2].ci95_low_ms = Some(interval.0);
+            rows[2].ci95_high_ms = Some(interval.1);
+            rows
+        };
+        // Spatial pack's median is 1.5x gemm's, but its interval reaches
+        // gemm's: a tie, so it is at the best.
+        assert_eq!(verdict("VII", &rows((1.0, 2.0))).verdict, Verdict::Holds);
+        assert_eq!(
+            verdict("VII", &rows((1.2, 1.8))).verdict,
+            Verdict::DoesNotHold
+        );
+        // Mocked rows' intervals are the model's, not uncertainty: the tolerance decides.
+        let mocked: Vec<_> = rows((1.0, 2.0))
+            .into_iter()
+            .map(|mut r| {
+                r.source = "mock-v1".into();
+                r
+            })
+            .collect();
+        assert_eq!(verdict("VII", &mocked).verdict, Verdict::DoesNotHold);
     }
 
     #[test]
@@ -252,7 +362,8 @@ mod tests {
         let o = verdict("IX", &cpu);
         assert_eq!(o.verdict, Verdict::CannotBeTested);
         assert!(
-            o.evidence[0].starts_with("gemm is the fastest in 1 of 1"),
+            o.evidence[0]
+                .starts_with("gemm is the fastest or within the tolerance of it in 1 of 1"),
             "{:?}",
             o.evidence
         );

@@ -39,6 +39,7 @@ pub fn table(checked: &[Checked]) -> Table {
                 c.file.clone(),
                 outcome.verdict.label().to_string(),
                 outcome.evidence.join("; "),
+                outcome.explanation.join("; "),
                 devices(&outcome.devices),
             ]);
         }
@@ -52,6 +53,7 @@ pub fn table(checked: &[Checked]) -> Table {
             "results",
             "verdict",
             "evidence",
+            "against it (where it does not hold)",
             "devices checked",
         ]
         .map(String::from)
@@ -85,8 +87,12 @@ pub fn markdown(checked: &[Checked]) -> String {
          meaning throughout: *generally* and *most* are more than {:.0}% of the cells; *rarely* \
          is under {:.0}%; two numbers *differ* or *vary* when they are more than {:.0}% apart \
          (the run-to-run variation a reviewer should accept); *dramatic* is at least {DRAMATIC}x. \
+         Every better-or-worse decision is three-way: two modelled numbers within 10% of each \
+         other are a tie, and two measured times whose 95% confidence intervals overlap are a \
+         tie; a tie never counts for a claim that one is better. \
          A check that lacks the data it needs says *cannot be tested on this data*; one made of \
-         parts fails if any part fails.\n",
+         parts fails if any part fails, and a verdict that does not hold says what goes against \
+         it (*Against it*), generated from the data.\n",
         100.0 * GENERALLY,
         100.0 * RARELY,
         100.0 * (TOLERANCE - 1.0)

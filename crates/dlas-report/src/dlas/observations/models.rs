@@ -1,13 +1,18 @@
 //! Observations I to III: datasets and models (layers 1 and 2 of the stack).
 
-use crate::claims::cells::{Cells, Tally, median, num, spearman};
+use crate::claims::cells::{Cells, Order, Votes, first_of, median, num, spearman};
 use crate::claims::{Context, Observation, Outcome, Part, Verdict, Wording};
 use crate::compression::RecordedAccuracy;
 use dlas_core::{Compression, Dataset};
 use std::collections::BTreeMap;
 
-/// Spearman's rho at or above this is a strong positive correlation.
+/// Spearman's |rho| at or above this is a strong correlation, either way.
 const STRONG: f64 = 0.7;
+/// Fewer networks than this cannot test a rank correlation: with four, even
+/// a perfect rho of 1 has a two-sided p of 0.083 under no correlation, so
+/// no strength of correlation would be distinguishable from chance at 5%;
+/// five is the smallest n at which one can (p = 0.017 for |rho| = 1).
+const MIN_NETWORKS: usize = 5;
 
 pub(super) fn observations() -> Vec<Observation> {
     vec![
@@ -35,7 +40,7 @@ pub(super) fn observations() -> Vec<Observation> {
             statement: "Model size is not strongly correlated with accuracy; however, smaller models are more vulnerable to compression.",
             wording: Wording::Quoted,
             source: "III) model size is not strongly correlated with accuracy, however smaller models are more vulnerable to compression.",
-            predicate: "(a) Within each dataset with three or more recorded networks, Spearman's rho between parameters and recorded dense top-1 is below 0.7 (no strong positive correlation). (b) Within each dataset and technique with three or more recorded compressed networks, rho between parameters and top-1 drop is negative.",
+            predicate: "(a) Within each dataset with five or more recorded networks, Spearman's |rho| between parameters and recorded dense top-1 is below 0.7 (no strong correlation either way). (b) Within each dataset and technique with five or more recorded compressed networks, rho between parameters and top-1 drop is negative. Under five networks a rank correlation cannot be told from chance at 5% (with four, even rho = 1 has p = 0.083), so a dataset with fewer is reported with its rho and n but not tested.",
             check: size_and_accuracy,
         },
     ]
@@ -85,7 +90,12 @@ fn accuracy_loss_by_dataset(context: &Context) -> Outcome {
                 num(imagenet),
                 num(cifar)
             ),
-        ),
+        )
+        .against(format!(
+            "imagenet's mean drop ({} points) does not exceed cifar10's ({} points)",
+            num(imagenet),
+            num(cifar)
+        )),
         (imagenet, cifar) => Part::untestable(format!(
             "recorded accuracy of compressed models at the chosen level: imagenet {}, cifar10 {}; both datasets need one",
             imagenet.map_or(0, |x| x.1),
@@ -100,16 +110,23 @@ fn sparse_speed_by_dataset(context: &Context) -> Outcome {
     let mut devices = Vec::new();
     let mut parts = Vec::new();
     for (dataset, pruned_should_win) in [(Dataset::Cifar10, true), (Dataset::Imagenet, false)] {
-        let mut faster = Tally::default();
+        let mut faster = Votes::default();
         let mut speedups = Vec::new();
+        let mut against = Vec::new();
         for key in cells.keys() {
             if key.dataset != dataset || !key.tuned || !key.compression.is_pruning() {
                 continue;
             }
-            let Some(s) = cells.speedup_over_dense(key) else {
+            let dense = key.with_compression(Compression::Dense);
+            let (Some(s), Some(order)) = (cells.speedup_over_dense(key), cells.order(key, &dense))
+            else {
                 continue;
             };
-            faster.add(s > 1.0);
+            faster.add(order, Order::Below);
+            // A tie is not faster: it goes against CIFAR-10's half only.
+            if (order == Order::Below) != pruned_should_win {
+                against.push(format!("{key} {}x over dense", num(s)));
+            }
             speedups.push(s);
             devices.push(key.device);
         }
@@ -117,21 +134,102 @@ fn sparse_speed_by_dataset(context: &Context) -> Outcome {
             None => Part::untestable(format!(
                 "{dataset}: no tuned pruned network with a tuned dense baseline"
             )),
-            Some(m) => Part::new(
-                Verdict::of(if pruned_should_win {
-                    faster.majority()
-                } else {
-                    !faster.majority()
-                }),
-                format!(
-                    "{dataset}: tuned pruned networks faster than tuned dense in {faster} cells (median speedup {}x)",
-                    num(m)
-                ),
-            ),
+            Some(m) => {
+                let majority = faster.tally().majority();
+                Part::new(
+                    Verdict::of(majority == pruned_should_win),
+                    format!(
+                        "{dataset}: tuned pruned networks faster than tuned dense in {faster} cells (median speedup {}x)",
+                        num(m)
+                    ),
+                )
+                .against(format!(
+                    "{dataset} {}: {}",
+                    if pruned_should_win {
+                        "not faster than dense beyond the tolerance"
+                    } else {
+                        "faster than dense"
+                    },
+                    first_of(&against, 4)
+                ))
+            }
         };
         parts.push(part);
     }
     Outcome::of(parts, cells.ordered(devices))
+}
+
+/// A rank correlation per group, tested where the group has
+/// [`MIN_NETWORKS`]: its evidence lists every group with rho and n.
+struct Correlations {
+    /// What is correlated, for the evidence ("(a) ... rho(parameters, dense top-1)").
+    label: &'static str,
+    tested: Vec<Part>,
+    reported: Vec<String>,
+}
+
+impl Correlations {
+    fn new(label: &'static str) -> Correlations {
+        Correlations {
+            label,
+            tested: Vec::new(),
+            reported: Vec::new(),
+        }
+    }
+
+    /// Adds a group: `holds` judges rho where n suffices.
+    fn add(
+        &mut self,
+        group: String,
+        xs: &[f64],
+        ys: &[f64],
+        listed: String,
+        holds: fn(f64) -> bool,
+    ) {
+        let n = xs.len();
+        let Some(rho) = spearman(xs, ys) else {
+            self.reported.push(format!(
+                "{group}: n = {n}, no rank correlation (under three networks or a constant)"
+            ));
+            return;
+        };
+        let line = format!("{group}: rho = {} (n = {n}{listed})", num(rho));
+        if n < MIN_NETWORKS {
+            self.reported
+                .push(format!("{line}, not testable under n = {MIN_NETWORKS}"));
+        } else {
+            let verdict = Verdict::of(holds(rho));
+            self.reported.push(line.clone());
+            self.tested
+                .push(Part::new(verdict, line.clone()).against(line));
+        }
+    }
+
+    fn part(self, prefix: &str) -> Part {
+        let evidence = format!(
+            "{prefix} {}: {}",
+            self.label,
+            if self.reported.is_empty() {
+                "no group with recorded accuracy".to_string()
+            } else {
+                self.reported.join("; ")
+            }
+        );
+        if self.tested.is_empty() {
+            return Part::untestable(evidence);
+        }
+        let verdict = self
+            .tested
+            .iter()
+            .fold(Verdict::Holds, |v, p| v.and(p.verdict));
+        let against: Vec<String> = self
+            .tested
+            .into_iter()
+            .filter(|p| p.verdict == Verdict::DoesNotHold)
+            .map(|p| p.against)
+            .collect();
+        Part::new(verdict, evidence).against(format!("{prefix} {}", against.join("; ")))
+    }
 }
 
 fn size_and_accuracy(context: &Context) -> Outcome {
@@ -141,7 +239,7 @@ fn size_and_accuracy(context: &Context) -> Outcome {
         .map(|n| ((n.dataset, n.model.as_str()), n.params))
         .collect();
     // (a) dense accuracy against size, per dataset.
-    let mut size_parts = Vec::new();
+    let mut size = Correlations::new("rho(parameters, dense top-1)");
     for dataset in [Dataset::Cifar10, Dataset::Imagenet] {
         let mut nets: Vec<(&str, usize, f64)> = context
             .accuracy
@@ -155,43 +253,24 @@ fn size_and_accuracy(context: &Context) -> Outcome {
                 ))
             })
             .collect();
+        if nets.is_empty() {
+            continue;
+        }
         nets.sort_by_key(|n| n.1);
         let xs: Vec<f64> = nets.iter().map(|n| n.1 as f64).collect();
         let ys: Vec<f64> = nets.iter().map(|n| n.2).collect();
-        if let Some(rho) = spearman(&xs, &ys) {
-            let listed: Vec<String> = nets
-                .iter()
-                .map(|(m, p, t)| format!("{m} {}M {t}%", num(*p as f64 / 1e6)))
-                .collect();
-            size_parts.push(Part::new(
-                Verdict::of(rho < STRONG),
-                format!(
-                    "{dataset}: rho(parameters, dense top-1) = {} over {}",
-                    num(rho),
-                    listed.join(", ")
-                ),
-            ));
-        }
+        let listed: Vec<String> = nets
+            .iter()
+            .map(|(m, p, t)| format!("{m} {}M {t}%", num(*p as f64 / 1e6)))
+            .collect();
+        size.add(
+            dataset.to_string(),
+            &xs,
+            &ys,
+            format!(": {}", listed.join(", ")),
+            |rho| rho.abs() < STRONG,
+        );
     }
-    let size = if size_parts.is_empty() {
-        Part::untestable(
-            "(a) no dataset with three networks of known size and recorded dense accuracy",
-        )
-    } else {
-        Part::new(
-            size_parts
-                .iter()
-                .fold(Verdict::Holds, |v, p| v.and(p.verdict)),
-            format!(
-                "(a) {}",
-                size_parts
-                    .into_iter()
-                    .map(|p| p.evidence)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-        )
-    };
     // (b) accuracy lost under compression against size, per dataset and technique.
     let mut groups: BTreeMap<(Dataset, Compression), Vec<(f64, f64)>> = BTreeMap::new();
     for (dataset, model, technique, drop) in drops(context) {
@@ -202,41 +281,19 @@ fn size_and_accuracy(context: &Context) -> Outcome {
                 .push((*p as f64, drop));
         }
     }
-    let mut vulnerable = Vec::new();
+    let mut vulnerable = Correlations::new("rho(parameters, top-1 drop)");
     for ((dataset, technique), points) in &groups {
         let xs: Vec<f64> = points.iter().map(|p| p.0).collect();
         let ys: Vec<f64> = points.iter().map(|p| p.1).collect();
-        if let Some(rho) = spearman(&xs, &ys) {
-            vulnerable.push(Part::new(
-                Verdict::of(rho < 0.0),
-                format!(
-                    "{dataset} {technique}: rho(parameters, top-1 drop) = {} over {} networks",
-                    num(rho),
-                    points.len()
-                ),
-            ));
-        }
+        vulnerable.add(
+            format!("{dataset} {technique}"),
+            &xs,
+            &ys,
+            String::new(),
+            |rho| rho < 0.0,
+        );
     }
-    let vulnerable = if vulnerable.is_empty() {
-        Part::untestable(
-            "(b) no dataset and technique with three networks of recorded compressed accuracy",
-        )
-    } else {
-        Part::new(
-            vulnerable
-                .iter()
-                .fold(Verdict::Holds, |v, p| v.and(p.verdict)),
-            format!(
-                "(b) {}",
-                vulnerable
-                    .into_iter()
-                    .map(|p| p.evidence)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-        )
-    };
-    Outcome::of(vec![size, vulnerable], vec![])
+    Outcome::of(vec![size.part("(a)"), vulnerable.part("(b)")], vec![])
 }
 
 #[cfg(test)]
@@ -339,24 +396,23 @@ mod tests {
     }
 
     #[test]
-    fn iii_ranks_size_against_accuracy() {
-        let networks: Vec<Network> = [("a", 1_000_000), ("b", 2_000_000), ("c", 3_000_000)]
-            .map(|(m, p)| Network {
+    fn iii_ranks_size_against_accuracy_from_five_networks() {
+        let models = ["a", "b", "c", "d", "e"];
+        let networks: Vec<Network> = models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Network {
                 dataset: Dataset::Cifar10,
-                model: m.into(),
-                params: p,
+                model: m.to_string(),
+                params: (i + 1) * 1_000_000,
                 architecture: crate::inputs::Architecture::Cnn,
             })
-            .into();
-        let nets = [
-            (Dataset::Cifar10, "a"),
-            (Dataset::Cifar10, "b"),
-            (Dataset::Cifar10, "c"),
-        ];
+            .collect();
+        let nets: Vec<(Dataset, &str)> = models.iter().map(|m| (Dataset::Cifar10, *m)).collect();
         let facts = sweeps(&nets, 0.8, 0.9);
-        let records = |dense: [f64; 3], pruned: [f64; 3]| {
+        let records = |dense: [f64; 5], pruned: [f64; 5]| {
             let mut r = Vec::new();
-            for (i, m) in ["a", "b", "c"].iter().enumerate() {
+            for (i, m) in models.iter().enumerate() {
                 r.push(acc(Dataset::Cifar10, m, Compression::Dense, dense[i]));
                 r.push(acc(
                     Dataset::Cifar10,
@@ -367,22 +423,41 @@ mod tests {
             }
             r
         };
-        // Bigger is not more accurate; the smallest loses the most.
+        // Size and accuracy unrelated (rho 0.1); the smallest lose the most.
         let holds = verdict_with(
             "III",
             &[],
             &networks,
             &facts,
-            &records([94.0, 92.0, 93.0], [84.0, 90.0, 92.5]),
+            &records(
+                [94.0, 92.0, 93.0, 95.0, 91.0],
+                [84.0, 88.0, 90.0, 93.0, 90.5],
+            ),
         );
         assert_eq!(holds.verdict, Verdict::Holds, "{:?}", holds.evidence);
-        // Accuracy rises with size: (a) fails.
+        // Accuracy rises with size: (a) fails, and says by how much.
+        let rising = [90.0, 91.0, 92.0, 93.0, 94.0];
         let fails = verdict_with(
             "III",
             &[],
             &networks,
             &facts,
-            &records([90.0, 92.0, 94.0], [80.0, 90.0, 93.5]),
+            &records(rising, [80.0, 85.0, 90.0, 92.0, 93.5]),
+        );
+        assert_eq!(fails.verdict, Verdict::DoesNotHold, "{:?}", fails.evidence);
+        assert!(
+            fails.explanation[0].contains("rho = 1 (n = 5"),
+            "{:?}",
+            fails.explanation
+        );
+        // Falling with size is as strong a correlation: |rho| counts.
+        let falling = [94.0, 93.0, 92.0, 91.0, 90.0];
+        let fails = verdict_with(
+            "III",
+            &[],
+            &networks,
+            &facts,
+            &records(falling, [84.0, 88.0, 90.0, 90.5, 89.9]),
         );
         assert_eq!(fails.verdict, Verdict::DoesNotHold, "{:?}", fails.evidence);
         // The smallest loses the least: (b) fails.
@@ -391,20 +466,24 @@ mod tests {
             &[],
             &networks,
             &facts,
-            &records([94.0, 92.0, 93.0], [93.9, 90.0, 88.0]),
+            &records(
+                [94.0, 92.0, 93.0, 95.0, 91.0],
+                [93.9, 91.0, 90.0, 90.0, 85.0],
+            ),
         );
         assert_eq!(fails.verdict, Verdict::DoesNotHold, "{:?}", fails.evidence);
-        // Dense accuracy only: (a) holds, (b) cannot be tested.
-        let dense: Vec<_> = records([94.0, 92.0, 93.0], [0.0; 3])
+        // Four networks: reported with rho and n, not tested.
+        let four: Vec<_> = records(rising, [0.0; 5])
             .into_iter()
-            .filter(|a| a.technique == Compression::Dense)
+            .filter(|a| a.technique == Compression::Dense && a.model != "e")
             .collect();
-        let partial = verdict_with("III", &[], &networks, &Sweeps::default(), &dense);
-        assert_eq!(partial.verdict, Verdict::CannotBeTested);
+        let untested = verdict_with("III", &[], &networks, &Sweeps::default(), &four);
+        assert_eq!(untested.verdict, Verdict::CannotBeTested);
         assert!(
-            partial.evidence[0].contains("rho(parameters, dense top-1) = -0.5"),
+            untested.evidence[0].contains("cifar10: rho = 1 (n = 4")
+                && untested.evidence[0].contains("not testable under n = 5"),
             "{:?}",
-            partial.evidence
+            untested.evidence
         );
     }
 }
