@@ -55,6 +55,15 @@ const MAPPINGS: &[(&str, Exercised)] = &[
     ),
     ("cargo xtask verify", Xtask("verify")),
     (
+        "dlas devices calibrate",
+        LongRunning(
+            "crates/dlas-runner/src/calibrate/layers.rs",
+            "every_class_times_a_small_layer",
+        ),
+    ),
+    ("dlas devices list", Here),
+    ("dlas validate", Here),
+    (
         "cargo xtask fuzz",
         LongRunning("crates/dlas-cli/tests/fuzz.rs", "fuzz_study"),
     ),

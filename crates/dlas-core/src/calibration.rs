@@ -81,6 +81,9 @@ pub struct LayerTiming {
     /// Fraction of the weights that are non-zero.
     pub density: f64,
     pub threads: usize,
+    /// Timed with the caches flushed before every run, as a layer of a
+    /// network whose weights exceed the last-level cache finds them.
+    pub cold: bool,
     pub runs: usize,
     /// Median time of one run of the layer, microseconds.
     pub median_us: f64,
@@ -164,12 +167,22 @@ pub struct Conversion {
 }
 
 impl Machine {
-    /// The conversion cost of `precision` per value, seconds (0 if not measured).
+    /// What converting one value into and out of `precision` costs beyond
+    /// an fp32 pass over it, seconds (0 for fp32, or if not measured). A
+    /// one-layer run of an int8 or fp16 layer pays it on its input and
+    /// output, a network once on its own input and output; the pass itself
+    /// is part of every layer's work in every precision.
     pub fn conversion_seconds(&self, precision: Precision) -> f64 {
-        self.conversions
-            .iter()
-            .find(|c| c.precision == precision)
-            .map_or(0.0, |c| c.ns_per_value * 1e-9)
+        let cost = |p: Precision| {
+            self.conversions
+                .iter()
+                .find(|c| c.precision == p)
+                .map(|c| c.ns_per_value * 1e-9)
+        };
+        match (cost(precision), cost(Precision::F32)) {
+            (Some(p), Some(f32)) => (p - f32).max(0.0),
+            _ => 0.0,
+        }
     }
 }
 
@@ -230,6 +243,7 @@ mod tests {
             out_hw: 8,
             density: 0.5,
             threads: 2,
+            cold: false,
             runs: 20,
             median_us: 12.5,
         }

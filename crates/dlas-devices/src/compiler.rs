@@ -37,7 +37,8 @@
 //! ([`TILES`]); `docs/devices.md` documents the model and its unmeasured
 //! error.
 
-use crate::mock::{Prediction, balanced_cores, lane_fill};
+use crate::efficiency::balanced_cores;
+use crate::mock::{Prediction, lane_fill};
 use crate::spec::{DeviceKind, DeviceSpec};
 use dlas_zoo::{Attention, Graph, Op};
 

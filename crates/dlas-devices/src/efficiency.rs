@@ -34,20 +34,33 @@ pub struct Features {
     /// 3x3 layers of the same reduction length do not share.
     pub kernel_area: f64,
     pub density: f64,
+    /// The layer finds its weights out of cache: the network's weights
+    /// exceed the last-level cache (timed with the caches flushed).
+    pub cold: bool,
 }
 
-/// Coefficients of a curve: intercept and one per feature.
-const K: usize = 6;
+/// Coefficients of a curve: intercept, one per feature, and squares of
+/// the three dimensions of the product (a kernel's efficiency rises with a
+/// dimension and then saturates, or falls once the operands leave a cache:
+/// curvature that one slope cannot follow).
+const K: usize = 10;
 
 impl Features {
     fn vector(&self) -> [f64; K] {
+        let m = self.out_channels_per_group.max(1.0).ln();
+        let n = self.out_pixels.max(1.0).ln();
+        let c = self.in_channels_per_group.max(1.0).ln();
         [
             1.0,
-            self.out_channels_per_group.max(1.0).ln(),
-            self.out_pixels.max(1.0).ln(),
-            self.in_channels_per_group.max(1.0).ln(),
+            m,
+            n,
+            c,
             self.kernel_area.max(1.0).ln(),
             self.density.clamp(1e-3, 1.0).ln(),
+            if self.cold { 1.0 } else { 0.0 },
+            m * m,
+            n * n,
+            c * c,
         ]
     }
 }
@@ -60,6 +73,9 @@ pub struct Curve {
     pub n: usize,
     /// Root mean square of the fit's residuals in `ln(efficiency)`.
     pub rms_log: f64,
+    /// Median absolute residual: the in-sample error, in the units of the
+    /// validation's median `|ln(predicted / measured)|`.
+    pub median_abs_log: f64,
 }
 
 impl Curve {
@@ -92,9 +108,9 @@ impl Efficiency {
             let f = features(t);
             let seconds = t.median_us * 1e-6;
             // What the layer's own work took: the one-layer engine's run
-            // less its fixed cost and the conversion of its input and
-            // output (a network pays both once per run, not per layer),
-            // never less than a tenth of the run.
+            // less its fixed cost and, int8 and fp16, the conversion of its
+            // input and output (a network pays both once per run, not per
+            // layer), never less than a tenth of the run.
             let values =
                 (t.in_channels * t.in_hw * t.in_hw + t.out_channels * t.out_hw * t.out_hw) as f64;
             let conversion = measured.map_or(0.0, |m| m.conversion_seconds(t.precision)) * values;
@@ -130,13 +146,17 @@ impl Efficiency {
     /// own in the grid (int8 has no schedule at all), so they take their
     /// untuned curve.
     pub fn of(&self, class: KernelClass, f: &Features) -> Option<f64> {
-        let curve = self.curves.get(&class).or_else(|| {
-            self.curves.get(&KernelClass {
-                tuned: false,
-                ..class
-            })
-        })?;
-        Some(curve.efficiency(f))
+        let untuned = self.curves.get(&KernelClass {
+            tuned: false,
+            ..class
+        });
+        let curve = self.curves.get(&class).or(untuned)?;
+        // A search keeps the default schedule when nothing beats it, so a
+        // tuned kernel is never less efficient than the untuned one.
+        Some(match (class.tuned, untuned) {
+            (true, Some(untuned)) => curve.efficiency(f).max(untuned.efficiency(f)),
+            _ => curve.efficiency(f),
+        })
     }
 }
 
@@ -148,6 +168,7 @@ fn features(t: &LayerTiming) -> Features {
         in_channels_per_group: (t.in_channels / t.groups) as f64,
         kernel_area: (t.kernel * t.kernel) as f64,
         density: if t.sparse { t.density } else { 1.0 },
+        cold: t.cold,
     }
 }
 
@@ -159,13 +180,22 @@ fn parallel_items(t: &LayerTiming) -> usize {
 /// Multiply-accumulates per second of `spec` in `precision` when `items`
 /// equal work items are shared among `threads` of its cores.
 pub fn peak_macs(spec: &DeviceSpec, precision: Precision, items: usize, threads: usize) -> f64 {
-    let cores = crate::mock::balanced_cores(items, threads.min(spec.cores).max(1));
+    let cores = balanced_cores(items, threads.min(spec.cores).max(1));
     let rate = match precision {
         Precision::F32 => 1.0,
         Precision::F16 => spec.fp16_rate,
         Precision::I8 => spec.int8_rate,
     };
     cores * spec.fma_lanes as f64 * spec.clock_ghz * 1e9 * rate
+}
+
+/// Cores kept busy when `iterations` equal chunks are shared among `cores`.
+pub(crate) fn balanced_cores(iterations: usize, cores: usize) -> f64 {
+    if iterations == 0 {
+        return 1.0;
+    }
+    let rounds = iterations.div_ceil(cores);
+    iterations as f64 / rounds as f64
 }
 
 /// Least squares with a ridge on the slopes: solves
@@ -207,17 +237,20 @@ fn fit_curve(points: &[([f64; K], f64)]) -> Curve {
             *b = a[i][K] / a[i][i];
         }
     }
-    let residual: f64 = points
+    let mut residuals: Vec<f64> = points
         .iter()
         .map(|(x, y)| {
             let fit: f64 = beta.iter().zip(x).map(|(b, x)| b * x).sum();
-            (fit - y).powi(2)
+            (fit - y).abs()
         })
-        .sum();
+        .collect();
+    let rms = (residuals.iter().map(|r| r * r).sum::<f64>() / points.len() as f64).sqrt();
+    residuals.sort_by(f64::total_cmp);
     Curve {
         beta,
         n: points.len(),
-        rms_log: (residual / points.len() as f64).sqrt(),
+        rms_log: rms,
+        median_abs_log: residuals[residuals.len() / 2],
     }
 }
 
@@ -251,7 +284,7 @@ mod tests {
 
     #[test]
     fn least_squares_recovers_a_planted_curve() {
-        let beta = [-1.0, 0.2, 0.1, 0.3, -0.2, 0.5];
+        let beta = [-1.0, 0.2, 0.1, 0.3, -0.2, 0.5, -0.4, -0.02, 0.01, -0.03];
         let points: Vec<([f64; K], f64)> = (0..60)
             .map(|i| {
                 let i = i as f64;
@@ -262,6 +295,10 @@ mod tests {
                     (i % 3.0).ln_1p(),
                     (i % 11.0).ln_1p(),
                     -(i % 4.0) / 4.0,
+                    i % 2.0,
+                    (i % 7.0).ln_1p().powi(2),
+                    (i % 5.0).ln_1p().powi(2),
+                    (i % 3.0).ln_1p().powi(2),
                 ];
                 let y = beta.iter().zip(x).map(|(b, x)| b * x).sum();
                 (x, y)

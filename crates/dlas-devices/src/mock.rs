@@ -167,6 +167,7 @@ impl MockDevice {
                     in_channels_per_group: (conv.in_channels / conv.groups) as f64,
                     kernel_area: (conv.kernel * conv.kernel) as f64,
                     density: if sparse { k.density } else { 1.0 },
+                    cold: self.weights_exceed_cache(w, sparse),
                 },
                 conv.is_depthwise(),
             ),
@@ -177,6 +178,7 @@ impl MockDevice {
                     in_channels_per_group: k.macs / k.output_elems.max(1.0),
                     kernel_area: 1.0,
                     density: if sparse { k.density } else { 1.0 },
+                    cold: self.weights_exceed_cache(w, sparse),
                 },
                 false,
             ),
@@ -193,6 +195,26 @@ impl MockDevice {
             out_channels * w.batch,
             self.spec.cores,
         ) * e)
+    }
+
+    /// Whether the network's weights exceed the last-level cache, so that
+    /// every layer finds its own weights evicted by the layers that ran
+    /// since (the calibration's cold timings), rather than still cached
+    /// from the previous run.
+    fn weights_exceed_cache(&self, w: &Workload, sparse: bool) -> bool {
+        let value_bytes = w.compression.value_bytes();
+        let bytes: f64 = w
+            .kernels
+            .iter()
+            .map(|k| {
+                if sparse {
+                    k.weight_elems * k.density * (value_bytes + 4.0)
+                } else {
+                    k.weight_elems * value_bytes
+                }
+            })
+            .sum();
+        bytes > (self.spec.llc_kib * 1024) as f64
     }
 
     /// Bytes an algorithm moves beyond compulsory traffic, and extra kernels it launches.
@@ -262,15 +284,6 @@ fn dtype_rate(spec: &DeviceSpec, compression: Compression) -> f64 {
         Compression::Int8 => spec.int8_rate,
         _ => 1.0,
     }
-}
-
-/// Cores kept busy when `iterations` equal chunks are shared among `cores`.
-pub(crate) fn balanced_cores(iterations: usize, cores: usize) -> f64 {
-    if iterations == 0 {
-        return 1.0;
-    }
-    let rounds = iterations.div_ceil(cores);
-    iterations as f64 / rounds as f64
 }
 
 /// Fraction of SIMD lanes filled when a loop of `n` is vectorised by `width`.
@@ -346,6 +359,7 @@ mod tests {
 
     #[test]
     fn helpers() {
+        use crate::efficiency::balanced_cores;
         assert_eq!(balanced_cores(6, 4), 3.0);
         assert_eq!(balanced_cores(64, 6), 64.0 / 11.0);
         assert_eq!(lane_fill(10, 8), 10.0 / 16.0);

@@ -77,28 +77,40 @@ impl Catalogue {
         }
     }
 
-    /// The observations checked on each results file on its own.
+    /// The observations checked on each results file on its own and, when
+    /// the inputs carry a validation, on the rows measured on the
+    /// calibrated machine and on the model's predictions of the same rows
+    /// (labelled [`crate::validation::MEASURED`] and
+    /// [`crate::validation::MODELLED`]): whether the model reaches the
+    /// verdicts the measurements reach.
     pub fn check(&self, inputs: &Inputs) -> Vec<Checked> {
         let observations = (self.observations)();
         let networks = networks_of(inputs.study);
         let kinds = device_kinds(inputs.specs);
-        inputs
+        let check = |file: &str, rows: &[dlas_core::ResultRow]| {
+            let context = Context {
+                rows,
+                kinds: &kinds,
+                networks: &networks,
+                sweeps: inputs.sweeps,
+                accuracy: inputs.accuracy,
+            };
+            Checked {
+                file: file.to_string(),
+                outcomes: observations.iter().map(|o| o.check(&context)).collect(),
+            }
+        };
+        let mut checked: Vec<Checked> = inputs
             .result_files
             .iter()
-            .map(|f| {
-                let context = Context {
-                    rows: &inputs.results[f.rows.clone()],
-                    kinds: &kinds,
-                    networks: &networks,
-                    sweeps: inputs.sweeps,
-                    accuracy: inputs.accuracy,
-                };
-                Checked {
-                    file: f.path.clone(),
-                    outcomes: observations.iter().map(|o| o.check(&context)).collect(),
-                }
-            })
-            .collect()
+            .map(|f| check(&f.path, &inputs.results[f.rows.clone()]))
+            .collect();
+        if let Some(v) = inputs.validation {
+            let (measured, modelled) = crate::validation::as_results(&v.rows);
+            checked.push(check(crate::validation::MEASURED, &measured));
+            checked.push(check(crate::validation::MODELLED, &modelled));
+        }
+        checked
     }
 
     /// Builds the selected artifacts: each table in three renderings, each
@@ -159,7 +171,9 @@ impl Catalogue {
             built_figures.push((f, svg));
         }
         if let (Selection::All, Some(checked)) = (selection, &checked) {
+            let provenance = crate::provenance::provenance(inputs);
             let page = Page {
+                provenance: &provenance,
                 study: inputs.study,
                 hosts: &inputs.hosts,
                 files: &inputs.file_list(),

@@ -166,11 +166,14 @@ pub fn footer(inputs: &Inputs, devices: &[String]) -> String {
         .map(|r| r.source.as_str())
         .collect();
     format!(
-        "Source: {} ({}); devices: {}.",
+        "Source: {} ({}); devices: {}. {}",
         inputs.file_list(),
         sources.into_iter().collect::<Vec<_>>().join(", "),
-        devices.join(", ")
+        devices.join(", "),
+        crate::provenance::model_note(inputs, devices)
     )
+    .trim_end()
+    .to_string()
 }
 
 /// The study file's path relative to the project, as the footers name it.

@@ -23,6 +23,7 @@ pub mod inputs;
 pub mod metrics;
 pub mod page;
 pub mod paper_map;
+pub mod provenance;
 pub mod table;
 pub mod validation;
 

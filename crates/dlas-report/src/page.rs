@@ -39,6 +39,9 @@ pub struct Page<'a> {
     /// What the numbers rest on that a reader could mistake: shown before
     /// the figures.
     pub disclosures: &'a [&'a str],
+    /// Which devices are measured and which modelled, with the model's
+    /// error measured on this machine: the page's first paragraph.
+    pub provenance: &'a str,
 }
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}\
@@ -150,6 +153,11 @@ impl Page<'_> {
             escape(&self.study.name),
             escape(self.command),
             escape(self.files)
+        );
+        let _ = writeln!(
+            out,
+            "<p><strong>Measured and modelled.</strong> {}</p>",
+            escape(self.provenance)
         );
         out.push_str("<nav><a href=\"#claims\">Observations</a><a href=\"#paper-map\">The paper</a><a href=\"#figures\">Figures</a><a href=\"#tables\">Tables</a><a href=\"#environment\">Environment</a></nav>\n</header>\n");
         self.claims_section(&mut out);

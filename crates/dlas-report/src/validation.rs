@@ -202,6 +202,35 @@ pub fn by_group(rows: &[Validated]) -> Vec<(&'static str, String, Errors)> {
     out
 }
 
+/// The label of the measured validation rows in the checked observations.
+pub const MEASURED: &str = "host, measured (the validation rows)";
+/// The label of the model's predictions of the same rows.
+pub const MODELLED: &str = "host, modelled (the same rows, predicted)";
+
+/// The validation rows as results, measured and as the model predicts
+/// them (a mocked row: its source names the model, it has no interval, so
+/// comparisons on it use the tolerance as on every modelled row).
+pub fn as_results(rows: &[Validated]) -> (Vec<ResultRow>, Vec<ResultRow>) {
+    let measured = rows.iter().map(|v| v.row.clone()).collect();
+    let modelled = rows
+        .iter()
+        .map(|v| ResultRow {
+            median_ms: Some(v.predicted_ms),
+            p10_ms: None,
+            p90_ms: None,
+            p99_ms: None,
+            mean_ms: None,
+            stddev_ms: None,
+            cv: None,
+            ci95_low_ms: None,
+            ci95_high_ms: None,
+            source: format!("mock-v{}", dlas_devices::mock::MODEL_VERSION),
+            ..v.row.clone()
+        })
+        .collect();
+    (measured, modelled)
+}
+
 /// The validation a report shows: the rows and where they come from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Validation {
@@ -210,10 +239,10 @@ pub struct Validation {
     pub footer: String,
 }
 
-/// The error table of `inputs`' validation, or an empty table that says
-/// why there is none.
-pub fn table_of(inputs: &crate::Inputs, number: usize) -> Table {
-    match inputs.validation {
+/// The error table of a validation, or an empty table that says why
+/// there is none.
+pub fn table_of(validation: Option<&Validation>, number: usize) -> Table {
+    match validation {
         Some(v) => error_table(&v.rows, number, v.footer.clone()),
         None => error_table(
             &[],
@@ -223,9 +252,9 @@ pub fn table_of(inputs: &crate::Inputs, number: usize) -> Table {
     }
 }
 
-/// The figure of `inputs`' validation (empty without one).
-pub fn figure_of(inputs: &crate::Inputs, number: usize) -> FigureData {
-    match inputs.validation {
+/// The figure of a validation (empty without one).
+pub fn figure_of(validation: Option<&Validation>, number: usize) -> FigureData {
+    match validation {
         Some(v) => figure(&v.rows, number, v.footer.clone()),
         None => figure(
             &[],
@@ -305,7 +334,7 @@ pub fn figure(rows: &[Validated], number: usize, footer: String) -> FigureData {
                 .into_iter()
                 .map(|(name, points)| ScatterSeries { name, points })
                 .collect(),
-            diagonal: true,
+            diagonal: Some("predicted = measured".into()),
             band: Some(0.25),
         }]),
         footer,

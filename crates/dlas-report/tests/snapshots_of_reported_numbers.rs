@@ -39,10 +39,13 @@ struct Verdict {
 #[test]
 fn claims_on_the_mocked_devices() {
     with_inputs(|inputs| {
-        // The committed inputs hold one results file, the mocked devices'.
-        let [checked] = &CATALOGUE.check(inputs)[..] else {
-            panic!("one results file")
+        // The committed inputs hold one results file, the mocked devices',
+        // and the validation rows, measured and as the model predicts them.
+        let [checked, measured, modelled] = &CATALOGUE.check(inputs)[..] else {
+            panic!("one results file and the two views of the validation rows")
         };
+        assert_eq!(measured.file, dlas_report::validation::MEASURED);
+        assert_eq!(modelled.file, dlas_report::validation::MODELLED);
         let verdicts: Vec<Verdict> = observations::observations()
             .into_iter()
             .zip(checked.outcomes.clone())

@@ -124,6 +124,17 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         "{}",
         dlas_report::validation::error_table(&validated, 9, footer).markdown()
     );
+    if let Some(e) = &host.efficiency {
+        println!(
+            "\nIn sample: the curves against the layer timings they are fitted to (median |ln(fitted/measured)| per class; the network rows above are out of sample):"
+        );
+        for (class, curve) in &e.curves {
+            println!(
+                "  {class}: {} layers, median |ln| {:.3}, rms {:.3}",
+                curve.n, curve.median_abs_log, curve.rms_log
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -141,16 +152,26 @@ pub fn validation_of(project: &Project, study: &str) -> Result<Option<Validation
         .join("data/devices")
         .join(dlas_devices::spec::MEASURED_DIR);
     let host = dlas_devices::load_calibrated(&measured_dir)?;
-    let (rows, _) = rows_of_machine(&files, &host, &measured_dir)?;
+    // Only the files with rows from the calibrated machine are named.
+    let mut rows = Vec::new();
+    let mut named = Vec::new();
+    for file in files {
+        let (kept, _) = rows_of_machine(std::slice::from_ref(&file), &host, &measured_dir)?;
+        if !kept.is_empty() {
+            named.push(
+                file.strip_prefix(&project.root)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string(),
+            );
+            rows.extend(kept);
+        }
+    }
     let validated = dlas_report::validation::validate(&rows, &host)?;
     if validated.is_empty() {
         return Ok(None);
     }
-    let files: Vec<String> = files
-        .iter()
-        .filter_map(|f| f.strip_prefix(&project.root).ok())
-        .map(|f| f.display().to_string())
-        .collect();
+    let files = named;
     Ok(Some(Validation {
         footer: footer(&files, validated.len(), &host),
         rows: validated,

@@ -72,6 +72,14 @@ pub(super) fn common_uploads(study: &Study, config: &SubmitConfig) -> Result<Vec
         check_remote_path("a device specification", name)?;
         files.push(upload(spec.clone(), format!("data/devices/{name}")));
     }
+    // The calibration the CPU device model is fitted to: `dlas` reads it
+    // with the specifications.
+    for name in ["host.toml", "host-layers.csv"] {
+        let path = devices_dir.join("measured").join(name);
+        if path.is_file() {
+            files.push(upload(path, format!("data/devices/measured/{name}")));
+        }
+    }
     Ok(files)
 }
 

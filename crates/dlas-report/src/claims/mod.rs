@@ -21,7 +21,7 @@
 pub mod cells;
 mod render;
 
-pub use render::{devices, sections, statement, text_of, why_not};
+pub use render::{agreement, devices, sections, statement, text_of, why_not};
 
 use crate::compression::{RecordedAccuracy, Sweeps};
 use crate::inputs::Network;

@@ -1,7 +1,7 @@
 //! Checked observations as text: the verdict table and the sections of a
 //! study's claims file, and what `dlas claims` prints.
 
-use super::{Checked, Observation, Wording};
+use super::{Checked, Observation, Verdict, Wording};
 use std::fmt::Write;
 
 /// An observation's statement, marked when we worded it from the paper's discussion.
@@ -33,17 +33,28 @@ pub fn why_not(explanation: &[String]) -> String {
 /// The verdict table and one section per observation: how it is checked
 /// and what each results file says.
 pub fn sections(out: &mut String, all: &[Observation], checked: &[Checked]) {
+    // With validation rows, a last column says whether the model's verdict
+    // on them equals the measurements'.
+    let validated = checked
+        .iter()
+        .any(|c| c.file == crate::validation::MODELLED);
     *out += "| | observation |";
     for c in checked {
         let _ = write!(out, " `{}` |", c.file);
     }
+    if validated {
+        *out += " model agrees with measurement (host) |";
+    }
     *out += "\n|---|---|";
-    *out += &"---|".repeat(checked.len());
+    *out += &"---|".repeat(checked.len() + usize::from(validated));
     *out += "\n";
     for (i, o) in all.iter().enumerate() {
         let _ = write!(out, "| {} | {} |", o.numeral, statement(o));
         for c in checked {
             let _ = write!(out, " {} |", c.outcomes[i].verdict.label());
+        }
+        if validated {
+            let _ = write!(out, " {} |", agreement(checked, i));
         }
         *out += "\n";
     }
@@ -89,4 +100,24 @@ pub fn text_of(all: &[Observation], checked: &[Checked]) -> String {
         }
     }
     out
+}
+
+/// Whether the model's verdict on observation `i` equals the
+/// measurements' (on the validation rows), in words.
+pub fn agreement(checked: &[Checked], i: usize) -> &'static str {
+    use crate::validation::{MEASURED, MODELLED};
+    let verdict = |label: &str| {
+        checked
+            .iter()
+            .find(|c| c.file == label)
+            .map(|c| c.outcomes[i].verdict)
+    };
+    match (verdict(MEASURED), verdict(MODELLED)) {
+        (None, _) | (_, None) => "no validation rows",
+        (Some(Verdict::CannotBeTested), _) | (_, Some(Verdict::CannotBeTested)) => {
+            "not testable on the validation rows"
+        }
+        (Some(a), Some(b)) if a == b => "yes",
+        _ => "no",
+    }
 }

@@ -182,7 +182,8 @@ pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
         }
         let groups: Vec<&str> = pairs.iter().flat_map(|(b, c)| [*b, *c]).collect();
         panels.push(Panel {
-            title: device.clone(),
+            title: crate::provenance::panel_title(inputs, device),
+            modelled: crate::provenance::is_modelled(inputs, device),
             groups: groups.iter().map(|g| g.to_string()).collect(),
             series: models
                 .iter()
@@ -375,8 +376,11 @@ pub fn metrics_bars(inputs: &Inputs) -> FigureData {
         .map(|(_, c)| *c)
         .filter(|c| all.iter().any(|m| m.compiler == *c))
         .collect();
+    // Metrics of mocked and measured devices side by side: the groups name
+    // the device, and the footer says which are modelled.
     let panel = |title: &str, value: &dyn Fn(&Metrics) -> Option<f64>| Panel {
         title: title.into(),
+        modelled: false,
         groups: groups.iter().map(|(d, m)| format!("{d} {m}")).collect(),
         series: compiled
             .iter()

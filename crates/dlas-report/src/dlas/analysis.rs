@@ -112,9 +112,16 @@ pub fn time_table(inputs: &Inputs, number: usize, dataset: Dataset, kind: Device
     let mut columns: Vec<String> = ["model", "compression", "algorithm"]
         .map(String::from)
         .to_vec();
+    // Every column says where its numbers come from: the model predicts
+    // the mocked devices, the host is measured.
     for d in &devices {
-        columns.push(format!("{d} untuned (ms)"));
-        columns.push(format!("{d} tuned (ms)"));
+        let what = if crate::provenance::is_modelled(inputs, d) {
+            "predicted ms, model"
+        } else {
+            "measured ms"
+        };
+        columns.push(format!("{d} untuned ({what})"));
+        columns.push(format!("{d} tuned ({what})"));
     }
     let mut rows = Vec::new();
     for model in models(inputs, dataset) {
@@ -137,18 +144,19 @@ pub fn time_table(inputs: &Inputs, number: usize, dataset: Dataset, kind: Device
     Table {
         number,
         title: format!(
-            "{dataset} inference time on the {kind_name} platforms (median ms, batch 1)"
+            "{dataset} inference time on the {kind_name} platforms (median ms, batch 1; modelled or measured as each column says)"
         ),
         columns,
         rows,
         footer: format!(
-            "Source: {}; devices: {}. '-': not measured (excluded by a study rule, or not run).",
+            "Source: {}; devices: {}. {} '-': not measured (excluded by a study rule, or not run).",
             inputs.file_list(),
             if devices.is_empty() {
                 "none".into()
             } else {
                 devices.join(", ")
-            }
+            },
+            crate::provenance::model_note(inputs, &devices),
         ),
     }
 }
@@ -180,7 +188,8 @@ pub fn compression_speedup(inputs: &Inputs, footer: String) -> FigureData {
     let panels = devices(inputs, &index)
         .into_iter()
         .map(|(device, _)| Panel {
-            title: device.clone(),
+            title: crate::provenance::panel_title(inputs, &device),
+            modelled: crate::provenance::is_modelled(inputs, &device),
             groups: keys
                 .iter()
                 .map(|(d, m, c)| format!("{d}/{m} {c}"))
@@ -300,7 +309,7 @@ pub fn expected_vs_achieved(
             title: "all devices".into(),
             x_label: "expected speedup: dense MACs / remaining MACs (x)".into(),
             series,
-            diagonal: true,
+            diagonal: Some("achieved = expected".into()),
             band: None,
         }]),
         footer,
@@ -315,7 +324,8 @@ pub fn tuning_speedup(inputs: &Inputs, footer: String) -> FigureData {
     let panels = devices(inputs, &index)
         .into_iter()
         .map(|(device, _)| Panel {
-            title: device.clone(),
+            title: crate::provenance::panel_title(inputs, &device),
+            modelled: crate::provenance::is_modelled(inputs, &device),
             groups: models.iter().map(|(d, m)| format!("{d}/{m}")).collect(),
             series: inputs
                 .study
@@ -394,7 +404,8 @@ pub fn inference_time(inputs: &Inputs) -> FigureData {
             })
             .collect();
         panels.push(Panel {
-            title: device.clone(),
+            title: crate::provenance::panel_title(inputs, device),
+            modelled: crate::provenance::is_modelled(inputs, device),
             groups,
             series,
         });

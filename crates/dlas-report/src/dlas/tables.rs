@@ -24,7 +24,8 @@ pub fn hardware(inputs: &Inputs) -> Table {
             vec![
                 s.id.clone(),
                 s.name.clone(),
-                format!("{:?}", s.kind).to_uppercase(),
+                // A specification row is a mocked device: its numbers are modelled.
+                format!("{} (modelled)", format!("{:?}", s.kind).to_uppercase()),
                 s.cores.to_string(),
                 format!("{:.3}", s.clock_ghz),
                 format!("{:.1}", s.peak_gflops()),

@@ -60,11 +60,25 @@ where
             .draw_series(series.values.iter().enumerate().filter_map(|(gi, v)| {
                 v.map(|v| {
                     let x = gi as f64 + offset;
-                    Rectangle::new([(x, low), (x + bar, v)], colour.filled())
+                    // Modelled values are hollow: outline and a faint fill.
+                    let style = if panel.modelled {
+                        colour.mix(0.25).filled()
+                    } else {
+                        colour.filled()
+                    };
+                    Rectangle::new([(x, low), (x + bar, v)], style)
                 })
             }))?
             .label(series.name.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+        if panel.modelled {
+            chart.draw_series(series.values.iter().enumerate().filter_map(|(gi, v)| {
+                v.map(|v| {
+                    let x = gi as f64 + offset;
+                    Rectangle::new([(x, low), (x + bar, v)], colour.stroke_width(2))
+                })
+            }))?;
+        }
     }
     chart
         .configure_series_labels()

@@ -40,6 +40,9 @@ pub struct Panel {
     pub title: String,
     pub groups: Vec<String>,
     pub series: Vec<Series>,
+    /// The values come from the performance model, not a measurement:
+    /// drawn as hollow bars.
+    pub modelled: bool,
 }
 
 /// A labelled point of a scatter series.
@@ -56,13 +59,13 @@ pub struct ScatterSeries {
     pub points: Vec<Point>,
 }
 
-/// A scatter plot; `diagonal` draws y = x.
+/// A scatter plot; `diagonal` draws y = x with its legend label.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScatterPanel {
     pub title: String,
     pub x_label: String,
     pub series: Vec<ScatterSeries>,
-    pub diagonal: bool,
+    pub diagonal: Option<String>,
     /// A band of ±this fraction around y = x (drawn with the diagonal).
     pub band: Option<f64>,
 }
@@ -392,6 +395,7 @@ mod tests {
             y_label: "ms".into(),
             log_y: true,
             body: Body::Bars(vec![Panel {
+                modelled: true,
                 title: "panel".into(),
                 groups: vec!["a".into(), "b".into()],
                 series: vec![
@@ -459,7 +463,7 @@ mod tests {
                     y: 1.5,
                 }],
             }],
-            diagonal: true,
+            diagonal: Some("y = x".into()),
             band: None,
         }]);
         assert!(f.svg().unwrap().contains("<circle"));

@@ -34,10 +34,10 @@ where
         .x_label_formatter(&|x| format!("{x:.2}"))
         .y_label_formatter(&|y| format!("{y:.2}"))
         .draw()?;
-    if panel.diagonal {
+    if let Some(label) = &panel.diagonal {
         chart
             .draw_series(LineSeries::new([(low, low), (high, high)], BLACK.mix(0.5)))?
-            .label("achieved = expected")
+            .label(label.as_str())
             .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.mix(0.5)));
         if let Some(band) = panel.band {
             let style = BLACK.mix(0.3);

@@ -1,8 +1,10 @@
 //! The committed inputs of the report, as `reproduce` passes them: the
-//! mocked results, the compression facts and the recorded accuracies.
+//! mocked results, the compression facts, the recorded accuracies and the
+//! device model's validation rows (all measured on the calibrated machine).
 
 use dlas_core::{Plan, Study, results};
 use dlas_report::compression::{LayerSlice, RecordedAccuracy, Sweeps, layer_path, sweep_path};
+use dlas_report::validation::Validation;
 use dlas_report::{Inputs, ResultsFile};
 use std::path::{Path, PathBuf};
 
@@ -38,6 +40,12 @@ pub fn with_inputs(f: impl FnOnce(&Inputs)) {
     let layer = LayerSlice::read(&root.join(layer_path("dlas"))).unwrap();
     let accuracy = accuracy(&root);
     let plan = Plan::expand(&study);
+    let host = dlas_devices::load_calibrated(&root.join("data/devices/measured")).unwrap();
+    let measured = results::read_results(&root.join("data/results/dlas/validation.csv")).unwrap();
+    let validation = Validation {
+        rows: dlas_report::validation::validate(&measured, &host).unwrap(),
+        footer: "Measured: data/results/dlas/validation.csv.".into(),
+    };
     let inputs = Inputs {
         study: &study,
         plan: &plan,
@@ -51,7 +59,7 @@ pub fn with_inputs(f: impl FnOnce(&Inputs)) {
         sweeps: &sweeps,
         layer: Some(&layer),
         accuracy: &accuracy,
-        validation: None,
+        validation: Some(&validation),
     };
     f(&inputs);
 }

@@ -271,6 +271,43 @@ pub fn median_us(mut run: impl FnMut() -> Result<()>) -> Result<(f64, usize)> {
     Ok((samples[samples.len() / 2], samples.len()))
 }
 
+/// A buffer of twice the last-level cache whose reading evicts what a
+/// layer left in the caches.
+pub struct Flush(Vec<u64>);
+
+impl Default for Flush {
+    fn default() -> Flush {
+        let llc = crate::calibrate::memory::caches()
+            .iter()
+            .map(|c| c.kib * 1024)
+            .max()
+            .unwrap_or(32 << 20);
+        Flush(vec![1; 2 * llc / 8])
+    }
+}
+
+impl Flush {
+    fn run(&self) {
+        std::hint::black_box(self.0.iter().fold(0u64, |a, b| a.wrapping_add(*b)));
+    }
+}
+
+/// Median microseconds of one run with the caches flushed before each
+/// (the flush is not timed): two warm-up runs, then 15 runs.
+pub fn median_cold_us(flush: &Flush, mut run: impl FnMut() -> Result<()>) -> Result<(f64, usize)> {
+    run()?;
+    run()?;
+    let mut samples = Vec::new();
+    while samples.len() < 15 {
+        flush.run();
+        let t = Instant::now();
+        run()?;
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok((samples[samples.len() / 2], samples.len()))
+}
+
 fn config(setup: &Setup, threads: usize) -> EngineConfig {
     // fp32 depthwise layers run the stencil under every algorithm; fp16 and
     // int8 exist only in the GEMM path, whose own depthwise kernels run them.
@@ -325,7 +362,7 @@ pub fn conversions(threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
                 tuned: false,
                 depthwise: true,
             };
-            let (us, _) = time(&setup, &shape, threads, 0)?;
+            let ((us, _), _) = time(&setup, &shape, threads, 0, None)?;
             Ok(Conversion {
                 precision,
                 ns_per_value: ((us - run_us) * 1e3 / values).max(0.0),
@@ -334,9 +371,19 @@ pub fn conversions(threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
         .collect()
 }
 
+/// A median in microseconds and the runs it was taken over.
+type Timed = (f64, usize);
+
 /// Times one class on one shape: the untuned default, or the fastest of
-/// the default and `schedules` sampled schedules.
-fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Result<(f64, usize)> {
+/// the default and `schedules` sampled schedules; with the caches warm
+/// (`.0`) and, with the same schedule, flushed before every run (`.1`).
+fn time(
+    setup: &Setup,
+    shape: &Shape,
+    threads: usize,
+    schedules: usize,
+    flush: Option<&Flush>,
+) -> Result<(Timed, Option<Timed>)> {
     let (graph, weights) = layer(shape, setup.sparse);
     let mut config = config(setup, threads);
     if setup.precision == Precision::I8 {
@@ -354,31 +401,33 @@ fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Resul
         )?);
     }
     let input = dlas_zoo::weights::input(&graph, GRID_SEED, 1);
-    let engine = Engine::compile(&graph, &weights, &config)?;
+    let mut engine = Engine::compile(&graph, &weights, &config)?;
     let mut best = median_us(|| engine.run(&input, 1).map(drop))?;
-    if !setup.tuned {
-        return Ok(best);
+    let default = engine.default_scheduled().first().copied();
+    if let (true, Some(key)) = (setup.tuned, default) {
+        let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED ^ shape.macs() as u64);
+        let default = key.default_schedule(threads);
+        for _ in 0..schedules {
+            let candidate = dlas_tune::space::random(default, &mut rng);
+            if candidate.validate(&key.workload).is_err() {
+                continue;
+            }
+            config.schedule = Some(candidate);
+            let Ok(candidate_engine) = Engine::compile(&graph, &weights, &config) else {
+                continue;
+            };
+            let timed = median_us(|| candidate_engine.run(&input, 1).map(drop))?;
+            if timed.0 < best.0 {
+                best = timed;
+                engine = candidate_engine;
+            }
+        }
     }
-    let Some(key) = engine.default_scheduled().first().copied() else {
-        return Ok(best);
+    let cold = match flush {
+        Some(flush) => Some(median_cold_us(flush, || engine.run(&input, 1).map(drop))?),
+        None => None,
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED ^ shape.macs() as u64);
-    let default = key.default_schedule(threads);
-    for _ in 0..schedules {
-        let candidate = dlas_tune::space::random(default, &mut rng);
-        if candidate.validate(&key.workload).is_err() {
-            continue;
-        }
-        config.schedule = Some(candidate);
-        let Ok(engine) = Engine::compile(&graph, &weights, &config) else {
-            continue;
-        };
-        let timed = median_us(|| engine.run(&input, 1).map(drop))?;
-        if timed.0 < best.0 {
-            best = timed;
-        }
-    }
-    Ok(best)
+    Ok((best, cold))
 }
 
 /// Times every class on its shapes of the grid, reporting each layer to
@@ -390,7 +439,8 @@ pub fn benchmark(
 ) -> Result<Vec<LayerTiming>> {
     let (regular, depthwise) = grid(extent.shapes);
     let setups = setups();
-    let total = setups.len() * extent.shapes;
+    let total = 2 * setups.len() * extent.shapes;
+    let flush = Flush::default();
     let mut out = Vec::new();
     for setup in &setups {
         let shapes = if setup.depthwise {
@@ -400,25 +450,31 @@ pub fn benchmark(
         };
         for shape in shapes {
             progress(out.len(), total);
-            let (median_us, runs) = time(setup, shape, threads, extent.schedules)
+            let (warm, cold) = time(setup, shape, threads, extent.schedules, Some(&flush))
                 .with_context(|| format!("timing {setup:?} on {shape:?}"))?;
-            out.push(LayerTiming {
-                family: setup.family,
-                sparse: setup.sparse,
-                precision: setup.precision,
-                tuned: setup.tuned,
-                in_channels: shape.in_channels,
-                out_channels: shape.out_channels,
-                groups: shape.groups,
-                kernel: shape.kernel,
-                stride: shape.stride,
-                in_hw: shape.in_hw,
-                out_hw: shape.out_hw(),
-                density: if setup.sparse { shape.density } else { 1.0 },
-                threads,
-                runs,
-                median_us,
-            });
+            for (cold, (median_us, runs)) in [(false, Some(warm)), (true, cold)]
+                .into_iter()
+                .filter_map(|(c, t)| Some((c, t?)))
+            {
+                out.push(LayerTiming {
+                    family: setup.family,
+                    sparse: setup.sparse,
+                    precision: setup.precision,
+                    tuned: setup.tuned,
+                    in_channels: shape.in_channels,
+                    out_channels: shape.out_channels,
+                    groups: shape.groups,
+                    kernel: shape.kernel,
+                    stride: shape.stride,
+                    in_hw: shape.in_hw,
+                    out_hw: shape.out_hw(),
+                    density: if setup.sparse { shape.density } else { 1.0 },
+                    threads,
+                    cold,
+                    runs,
+                    median_us,
+                });
+            }
         }
     }
     Ok(out)
@@ -494,8 +550,11 @@ mod tests {
         };
         for setup in setups() {
             let s = if setup.depthwise { &dw } else { &shape };
-            let (us, runs) = time(&setup, s, 1, 2).unwrap_or_else(|e| panic!("{setup:?}: {e:#}"));
+            let flush = Flush(vec![1; 1 << 16]);
+            let ((us, runs), cold) =
+                time(&setup, s, 1, 2, Some(&flush)).unwrap_or_else(|e| panic!("{setup:?}: {e:#}"));
             assert!(us > 0.0 && runs >= 15, "{setup:?}");
+            assert!(cold.is_some_and(|(us, runs)| us > 0.0 && runs == 15));
         }
     }
 }

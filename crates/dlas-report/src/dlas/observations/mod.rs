@@ -41,6 +41,7 @@ pub fn table(checked: &[Checked]) -> Table {
                 outcome.evidence.join("; "),
                 outcome.explanation.join("; "),
                 devices(&outcome.devices),
+                crate::claims::agreement(checked, i).to_string(),
             ]);
         }
     }
@@ -55,13 +56,15 @@ pub fn table(checked: &[Checked]) -> Table {
             "evidence",
             "against it (where it does not hold)",
             "devices checked",
+            "model agrees with measurement (host)",
         ]
         .map(String::from)
         .to_vec(),
         rows,
         footer: format!(
             "Source: {}; the native engine's batch-1 medians, the pruning sweeps in data/compression/ and the accuracies in data/accuracy/published.csv. \
-             How each observation is checked: paper-tables/claims.md. Run the checks on any results with `dlas claims FILE...`.",
+             How each observation is checked: paper-tables/claims.md. Run the checks on any results with `dlas claims FILE...`. \
+             The last column compares the verdict on the native rows measured on the calibrated machine with the verdict on the model's predictions of the same rows (Table 9).",
             checked
                 .iter()
                 .map(|c| c.file.as_str())
