@@ -25,8 +25,11 @@ pub struct Summary {
     pub ci_high: f64,
 }
 
-/// Measurements whose coefficient of variation exceeds this are flagged unstable.
-pub const UNSTABLE_CV: f64 = 0.05;
+/// A measurement is stable when the 95% interval of its median lies within
+/// ±2% of the median: how well the median is known, which is what every
+/// comparison uses. The CV describes the spread of single runs and, with
+/// enough runs, can be large while the median is precise.
+pub const STABLE_HALF_WIDTH: f64 = 0.02;
 
 impl Summary {
     /// Summarises samples; `None` for an empty slice or a non-finite sample.
@@ -55,8 +58,18 @@ impl Summary {
         })
     }
 
+    /// The larger side of the median's 95% interval, relative to the
+    /// median: the interval lies within ±this of the median.
+    pub fn half_width(&self) -> f64 {
+        if self.median > 0.0 {
+            (self.median - self.ci_low).max(self.ci_high - self.median) / self.median
+        } else {
+            f64::INFINITY
+        }
+    }
+
     pub fn is_unstable(&self) -> bool {
-        self.cv > UNSTABLE_CV
+        self.half_width() > STABLE_HALF_WIDTH
     }
 }
 
@@ -87,6 +100,19 @@ mod tests {
         assert!((s.stddev - 11f64.sqrt()).abs() < 1e-12);
         // n = 11: P(B <= 1) = 12/2048 <= 0.025 < P(B <= 2) = 67/2048, so l = 2
         assert_eq!((s.ci_low, s.ci_high), (2.0, 10.0));
+        assert!((s.half_width() - 4.0 / 6.0).abs() < 1e-12);
+        assert!(s.is_unstable());
+    }
+
+    #[test]
+    fn stability_is_decided_by_the_interval_not_the_cv() {
+        // Wide spread (CV about 15%) but 2001 runs: the median is known to
+        // well within 2%.
+        let samples: Vec<f64> = (0..2001).map(|i| 10.0 + f64::from(i % 7)).collect();
+        let s = Summary::from_samples(&samples).unwrap();
+        assert!(s.cv > 0.1, "{}", s.cv);
+        assert!(s.half_width() <= STABLE_HALF_WIDTH, "{}", s.half_width());
+        assert!(!s.is_unstable());
     }
 
     #[test]

@@ -21,8 +21,27 @@ pub struct Protocol {
     pub batch: Vec<usize>,
     /// Runs executed and discarded before timing.
     pub warmup: usize,
-    /// Timed runs per combination.
+    /// Timed runs per combination on a mocked device (the papers' 150).
     pub runs: usize,
+    /// Real devices: timed runs before a combination may stop (capped at
+    /// the maximum: see [`Protocol::min_runs`]).
+    #[serde(default = "default_min_runs")]
+    min_runs: usize,
+    /// Real devices: the most timed runs of one combination (default: `runs`).
+    #[serde(default)]
+    pub max_runs: Option<usize>,
+    /// Real devices: a combination stops once the 95% interval of its
+    /// median lies within ±this fraction of the median.
+    #[serde(default = "default_half_width")]
+    pub half_width: f64,
+    /// Real devices: seconds of running after which a combination stops
+    /// with the runs it has (once it has `min_runs`).
+    #[serde(default = "default_budget")]
+    pub budget_s: f64,
+    /// Real devices: the most configurations of one network measured
+    /// interleaved at once (each holds its loaded model in memory).
+    #[serde(default = "default_interleave")]
+    pub interleave: usize,
     /// Intra-op threads; 0 means one per physical core.
     pub threads: usize,
     /// Root seed for weights, inputs and mocked-device noise.
@@ -38,6 +57,16 @@ pub struct Protocol {
 }
 
 impl Protocol {
+    /// The most timed runs of one combination on a real device.
+    pub fn max_runs(&self) -> usize {
+        self.max_runs.unwrap_or(self.runs)
+    }
+
+    /// Timed runs before a combination on a real device may stop.
+    pub fn min_runs(&self) -> usize {
+        self.min_runs.min(self.max_runs())
+    }
+
     /// Whether `batch` is planned on `device`.
     pub fn batch_fits(&self, device: &str, batch: usize) -> bool {
         self.max_batch.get(device).is_none_or(|&max| batch <= max)
@@ -47,6 +76,25 @@ impl Protocol {
 fn default_timeout() -> f64 {
     600.0
 }
+
+fn default_min_runs() -> usize {
+    20
+}
+
+fn default_half_width() -> f64 {
+    0.01
+}
+
+fn default_budget() -> f64 {
+    60.0
+}
+
+fn default_interleave() -> usize {
+    16
+}
+
+/// Configurations interleaved at once.
+pub const INTERLEAVE: RangeInclusive<usize> = 1..=256;
 
 /// Timed runs per combination. A combination's samples are kept in memory
 /// (8 bytes each), so a million is the most a run may ask for.
@@ -274,6 +322,19 @@ impl Study {
         check_bound("protocol.runs", p.runs, &RUNS).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
         check_bound("protocol.warmup", p.warmup, &WARMUP)
             .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        check_bound("protocol.min_runs", p.min_runs, &RUNS)
+            .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        check_bound("protocol.max_runs", p.max_runs(), &RUNS)
+            .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        check_bound("protocol.interleave", p.interleave, &INTERLEAVE)
+            .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        check_timeout("protocol.budget_s", p.budget_s).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        if !(p.half_width > 0.0 && p.half_width < 1.0) {
+            bail!(
+                "{at}: protocol.half_width is {}; valid: a fraction of the median above 0 and below 1 (0.01 is ±1%)",
+                p.half_width
+            );
+        }
         check_bound("protocol.threads", p.threads, &THREADS)
             .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
         for &batch in &p.batch {

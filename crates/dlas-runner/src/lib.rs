@@ -2,7 +2,9 @@
 //! measurement protocol a reviewer can trust and a store that never loses a
 //! measurement.
 //!
-//! - [`timing`]: the timed loop (warm-up discarded, monotonic clock, every sample kept).
+//! - [`timing`]: a fixed-count timed loop (warm-up discarded, monotonic clock, every sample kept), for tuning and benches.
+//! - [`rounds`]: the campaign protocol: one network's configurations interleaved, each until its median is precise.
+//! - [`conditions`]: load, steal time and clock read between bursts.
 //! - [`store`]: append-only results and samples files; resuming skips what is done.
 //! - [`environment`]: the record of the machine and software each run used.
 //! - [`models`]: the ONNX file of a combination, generated or the user's, hash-checked.
@@ -10,10 +12,12 @@
 //! - [`tuning`]: `dlas tune` on the host, and tuned schedules applied to tuned runs.
 
 pub mod calibrate;
+pub mod conditions;
 pub mod crosscheck;
 pub mod environment;
 pub mod models;
 pub mod native;
+pub mod rounds;
 pub mod run;
 pub mod store;
 pub mod timing;

@@ -1,19 +1,22 @@
 //! The loop over a plan's host combinations.
 //!
-//! Each finished combination is written (samples, then row) before the next
-//! starts; one that fails is recorded with its reason and the run goes on.
-//! Combinations that cannot run in this environment (a runtime not
-//! installed, a stage not built yet) are reported and not recorded, so a
-//! later run, once the environment allows, measures them.
+//! The combinations of one network are loaded together and measured
+//! interleaved under the adaptive protocol of [`crate::rounds`]; each is
+//! written (samples, then row) the moment it stops, so an interruption
+//! loses only what was still being measured. One that fails is recorded
+//! with its reason and the others go on. Combinations that cannot run in
+//! this environment (a runtime not installed, a stage not built yet) are
+//! reported and not recorded, so a later run, once the environment allows,
+//! measures them.
 
 use crate::environment;
 use crate::models::{self, Models};
 use crate::native::Untuned;
-use crate::store::Store;
-use crate::timing::{self, Protocol};
+use crate::rounds::{self, Adaptive, Outcome, Slot};
+use crate::store::{Samples, Store};
 use crate::tuning::{self, Tuned};
 use anyhow::Result;
-use dlas_backends::{SessionConfig, ort_runtime};
+use dlas_backends::{Session, SessionConfig, ort_runtime};
 use dlas_core::{Combination, Compression, ResultRow, Status, Study, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,9 +29,9 @@ pub struct HostConfig {
     /// The results CSV; samples and environment records go beside it.
     pub results: PathBuf,
     pub threads: usize,
-    pub protocol: Protocol,
-    /// Re-measure a combination up to this many times while its CV exceeds the threshold.
-    pub remeasure_unstable: usize,
+    pub protocol: Adaptive,
+    /// The most combinations of one network measured interleaved at once.
+    pub interleave: usize,
     pub seed: u64,
     /// The best-of file tuned native combinations take their schedules from.
     pub tuning: PathBuf,
@@ -47,6 +50,16 @@ pub struct RunReport {
     /// Reason → combinations not run in this environment.
     pub not_run: BTreeMap<String, usize>,
     pub environment: Option<PathBuf>,
+}
+
+impl RunReport {
+    fn count(&mut self, status: Status) {
+        match status {
+            Status::Ok => self.measured += 1,
+            Status::Unstable => self.unstable += 1,
+            _ => self.failed += 1,
+        }
+    }
 }
 
 /// Why a combination cannot run here, if it cannot.
@@ -92,14 +105,17 @@ pub fn run_host(
         .and_then(|()| ort_runtime::info())
         .map(|info| format!("{} ({})", info.trim(), library.display()))
         .map_err(|e| e.to_string());
+    let p = &config.protocol;
     let protocol_record = vec![
-        ("warmup".into(), config.protocol.warmup.to_string()),
-        ("runs".into(), config.protocol.runs.to_string()),
+        ("warmup".into(), p.warmup.to_string()),
+        ("min_runs".into(), p.min_runs.to_string()),
+        ("max_runs".into(), p.max_runs.to_string()),
+        ("half_width".into(), p.half_width.to_string()),
+        ("budget_s".into(), p.budget.as_secs_f64().to_string()),
+        ("timeout_s".into(), p.timeout.as_secs_f64().to_string()),
+        ("interleave".into(), config.interleave.to_string()),
+        ("burst_ms".into(), rounds::BURST.as_millis().to_string()),
         ("threads".into(), config.threads.to_string()),
-        (
-            "timeout_s".into(),
-            config.protocol.timeout.as_secs_f64().to_string(),
-        ),
         ("seed".into(), config.seed.to_string()),
     ];
     let tuned = if todo.iter().any(|c| c.is_native() && c.tuned) {
@@ -117,21 +133,20 @@ pub fn run_host(
     // measured: a missing, corrupt or mismatched file stops the run here,
     // with no partial results.
     let mut models = Models::new(&config.project_root)?;
-    for c in todo
-        .iter()
-        .filter(|c| unavailable(c, &ort, &tuned).is_none())
-    {
-        models.path(study, &models::model_file_of(c))?;
+    let mut runnable = Vec::new();
+    for c in todo.iter().copied() {
+        match unavailable(c, &ort, &tuned) {
+            Some(reason) => *report.not_run.entry(reason).or_default() += 1,
+            None => {
+                models.path(study, &models::model_file_of(c))?;
+                runnable.push(c);
+            }
+        }
     }
     let progress = Progress::new(todo.len());
+    progress.skip(todo.len() - runnable.len());
     let mut source = None;
-    for c in todo {
-        progress.start(c);
-        if let Some(reason) = unavailable(c, &ort, &tuned) {
-            *report.not_run.entry(reason).or_default() += 1;
-            progress.done(c, "not run here");
-            continue;
-        }
+    for chunk in networks(&runnable, config.interleave) {
         let source = match &source {
             Some(s) => s,
             None => {
@@ -139,51 +154,110 @@ pub fn run_host(
                 source.insert(environment.id())
             }
         };
-        let (row, samples) = match measure_one(study, c, config, &mut models, source, &tuned) {
-            Ok(measured) => measured,
-            Err(untuned) => {
-                let reason = format!("{untuned}; run `{}`", tuning::tune_command(study, c));
-                *report.not_run.entry(reason).or_default() += 1;
-                progress.done(c, "not run here");
-                continue;
+        let label = Progress::label(chunk[0]);
+        progress.message(&format!("{label}: loading {}", chunk.len()));
+        let mut slots = Vec::new();
+        let mut measured = Vec::new();
+        for &c in &chunk {
+            match load(study, c, config, &mut models, &tuned) {
+                Loaded::Session(session) => {
+                    measured.push((c, session.provider()));
+                    slots.push(Slot {
+                        session,
+                        input: models::input(c, config.seed),
+                    });
+                }
+                Loaded::Failed(reason) => {
+                    let row = failed_row(c, config, &reason, source);
+                    report.count(row.status);
+                    store.record(&row, None)?;
+                    progress.done(c, &format!("failed: {reason}"));
+                }
+                Loaded::Untuned(untuned) => {
+                    let reason = format!("{untuned}; run `{}`", tuning::tune_command(study, c));
+                    *report.not_run.entry(reason).or_default() += 1;
+                    progress.done(c, "not run here");
+                }
             }
-        };
-        match row.status {
-            Status::Ok => report.measured += 1,
-            Status::Unstable => report.unstable += 1,
-            _ => report.failed += 1,
         }
-        store.record(&row, samples.as_deref())?;
-        let shown = row.median_ms.map_or_else(
-            || format!("{:?}: {}", row.status, row.reason),
-            |m| format!("{m:.3} ms"),
-        );
-        progress.done(c, &shown);
+        let Some(first) = measured.first() else {
+            continue;
+        };
+        let seed = config.seed ^ order_seed(&first.0.id());
+        let total = measured.len();
+        rounds::measure(
+            slots,
+            &config.protocol,
+            seed,
+            |i, outcome| {
+                let (c, provider) = &measured[i];
+                let (row, samples) = finish(c, outcome, config, provider, source);
+                report.count(row.status);
+                store.record(&row, samples.as_ref())?;
+                let shown = row.median_ms.map_or_else(
+                    || format!("{}: {}", row.status.name(), row.reason),
+                    |m| format!("{m:.3} ms ({})", row.reason),
+                );
+                progress.done(c, &shown);
+                Ok(())
+            },
+            |active| progress.message(&format!("{label}: {active} of {total} still measuring")),
+        )?;
     }
     progress.finish();
     Ok(report)
 }
 
-/// A combination's row and samples; `Err` when a tuned combination lacks
-/// schedules (it is then not recorded, so it runs once they exist).
-fn measure_one(
+/// The combinations of each network (dataset and model) in plan order, in
+/// chunks of at most `interleave`: what is measured together.
+fn networks<'a>(combinations: &[&'a Combination], interleave: usize) -> Vec<Vec<&'a Combination>> {
+    let mut by_network: Vec<((dlas_core::Dataset, &str), Vec<&Combination>)> = Vec::new();
+    for &c in combinations {
+        let key = (c.dataset, c.model.as_str());
+        match by_network.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, group)) => group.push(c),
+            None => by_network.push((key, vec![c])),
+        }
+    }
+    by_network
+        .into_iter()
+        .flat_map(|(_, group)| {
+            group
+                .chunks(interleave.max(1))
+                .map(<[_]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The round-order seed of a chunk, from its first combination's id, so
+/// that the same chunk is shuffled the same way whichever run measures it.
+fn order_seed(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// A combination ready to time, or why not.
+enum Loaded {
+    Session(Box<dyn Session>),
+    Failed(String),
+    /// A tuned combination whose layers lack schedules: not recorded, so
+    /// it runs once they exist.
+    Untuned(Untuned),
+}
+
+fn load(
     study: &Study,
     c: &Combination,
     config: &HostConfig,
     models: &mut Models,
-    source: &str,
     tuned: &Result<Tuned, String>,
-) -> Result<(ResultRow, Option<Vec<f64>>), Untuned> {
-    let failed = |e: anyhow::Error| {
-        let reason = format!("{e:#}").replace('\n', " ");
-        Ok((
-            ResultRow::without_timing(c, config.protocol.warmup, Status::Failed, &reason, source),
-            None,
-        ))
-    };
+) -> Loaded {
+    let reason = |e: anyhow::Error| format!("{e:#}").replace('\n', " ");
     let path = match models.path(study, &models::model_file_of(c)) {
         Ok(p) => p,
-        Err(e) => return failed(e),
+        Err(e) => return Loaded::Failed(reason(e)),
     };
     let [ch, h, w] = c.dataset.input_chw();
     let session_config = SessionConfig {
@@ -196,34 +270,56 @@ fn measure_one(
     } else {
         dlas_backends::load(&c.compiler, &path, &session_config)
     };
-    let mut session = match loaded {
-        Ok(s) => s,
+    match loaded {
+        Ok(session) => Loaded::Session(session),
         Err(e) => match e.downcast::<Untuned>() {
-            Ok(untuned) => return Err(untuned),
-            Err(e) => return failed(e),
+            Ok(untuned) => Loaded::Untuned(untuned),
+            Err(e) => Loaded::Failed(reason(e)),
         },
-    };
-    let input = models::input(c, config.seed);
-    let mut attempts = 0;
-    loop {
-        let samples = match timing::measure(session.as_mut(), &input, config.protocol) {
-            Ok(s) => s,
-            Err(e) => return failed(e),
-        };
-        let Some(summary) = Summary::from_samples(&samples) else {
-            return failed(anyhow::anyhow!("the timer produced no finite samples"));
-        };
-        if summary.is_unstable() && attempts < config.remeasure_unstable {
-            attempts += 1;
-            continue;
-        }
-        let mut row = ResultRow::measured(c, config.protocol.warmup, &summary, source);
-        row.provider = session.provider();
-        if attempts > 0 {
-            row.reason = format!("re-measured {attempts} time(s) for stability");
-        }
-        return Ok((row, Some(samples)));
     }
+}
+
+fn failed_row(c: &Combination, config: &HostConfig, reason: &str, source: &str) -> ResultRow {
+    ResultRow::without_timing(c, config.protocol.warmup, Status::Failed, reason, source)
+}
+
+/// The row and samples line of a combination that stopped.
+fn finish(
+    c: &Combination,
+    outcome: Outcome,
+    config: &HostConfig,
+    provider: &str,
+    source: &str,
+) -> (ResultRow, Option<Samples>) {
+    let (samples, stop, rounds, conditions) = match outcome {
+        Outcome::Failed(reason) => return (failed_row(c, config, &reason, source), None),
+        Outcome::Measured {
+            samples,
+            stop,
+            rounds,
+            conditions,
+        } => (samples, stop, rounds, conditions),
+    };
+    let Some(summary) = Summary::from_samples(&samples) else {
+        let reason = "the timer produced no finite samples";
+        return (failed_row(c, config, reason, source), None);
+    };
+    let mut row = ResultRow::measured(c, config.protocol.warmup, &summary, source);
+    row.provider = provider.to_string();
+    row.reason = format!(
+        "stop {}: median ±{:.2}% (95%) after {} runs",
+        stop.name(),
+        summary.half_width() * 100.0,
+        summary.runs
+    );
+    let samples = Samples {
+        id: row.id.clone(),
+        samples_ms: samples,
+        stop: Some(stop.name().to_string()),
+        rounds: Some(rounds),
+        conditions: Some(conditions),
+    };
+    (row, Some(samples))
 }
 
 /// A progress bar on a terminal, plain log lines otherwise.
@@ -250,16 +346,36 @@ impl Progress {
         }
     }
 
+    /// The network a chunk measures.
     fn label(c: &Combination) -> String {
+        format!("{}/{}", c.dataset, c.model)
+    }
+
+    fn describe(c: &Combination) -> String {
         format!(
-            "{}/{} {} {} b{}",
-            c.dataset, c.model, c.compression, c.compiler, c.batch
+            "{}/{} {} {} {} {}{} b{}",
+            c.dataset,
+            c.model,
+            c.compression,
+            c.algorithm,
+            c.format,
+            c.compiler,
+            if c.tuned { " tuned" } else { "" },
+            c.batch
         )
     }
 
-    fn start(&self, c: &Combination) {
+    fn message(&self, text: &str) {
         if let Some(bar) = &self.bar {
-            bar.set_message(Self::label(c));
+            bar.set_message(text.to_string());
+        }
+    }
+
+    /// Counts combinations that will not run here (reported at the end).
+    fn skip(&self, n: usize) {
+        self.index.set(self.index.get() + n);
+        if let Some(bar) = &self.bar {
+            bar.inc(n as u64);
         }
     }
 
@@ -272,7 +388,7 @@ impl Progress {
                 self.index.get(),
                 self.total,
                 c.id(),
-                Self::label(c)
+                Self::describe(c)
             ),
         }
     }

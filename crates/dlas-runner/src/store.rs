@@ -9,6 +9,7 @@
 //! file is dropped, and so is a samples line whose row never reached the
 //! disk, since its combination runs again.
 
+use crate::conditions::Conditions;
 use anyhow::{Context, Result};
 use dlas_core::ResultRow;
 use dlas_core::append::{self, LineFile};
@@ -17,11 +18,34 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
-/// One line of the samples file (JSON lines).
+/// One line of the samples file (JSON lines): every timed run of a
+/// combination, in order, and how its measurement went.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Samples {
     pub id: String,
     pub samples_ms: Vec<f64>,
+    /// Why it stopped (`precise`, `budget`, `max-runs`; see `rounds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
+    /// The interleaved rounds it took part in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<usize>,
+    /// The machine's load, steal time and clock while it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Conditions>,
+}
+
+impl Samples {
+    /// Samples with nothing known about how they were taken.
+    pub fn bare(id: &str, samples_ms: &[f64]) -> Samples {
+        Samples {
+            id: id.to_string(),
+            samples_ms: samples_ms.to_vec(),
+            stop: None,
+            rounds: None,
+            conditions: None,
+        }
+    }
 }
 
 pub struct Store {
@@ -66,13 +90,11 @@ impl Store {
     /// Appends the samples (if any), then the row; both reach the disk
     /// before it returns. If either write fails, both files are left as
     /// they were.
-    pub fn record(&mut self, row: &ResultRow, samples: Option<&[f64]>) -> Result<()> {
+    pub fn record(&mut self, row: &ResultRow, samples: Option<&Samples>) -> Result<()> {
         let mut written = None;
         if let Some(samples) = samples {
-            let mut line = serde_json::to_string(&Samples {
-                id: row.id.clone(),
-                samples_ms: samples.to_vec(),
-            })?;
+            debug_assert_eq!(samples.id, row.id);
+            let mut line = serde_json::to_string(samples)?;
             line.push('\n');
             let file = match &mut self.samples {
                 Some(file) => file,
@@ -165,8 +187,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("host.csv");
         let mut store = open(&path);
-        store.record(&row(1), Some(&[1.0, 2.0])).unwrap();
-        store.record(&row(2), Some(&[3.0])).unwrap();
+        store
+            .record(&row(1), Some(&Samples::bare(&row(1).id, &[1.0, 2.0])))
+            .unwrap();
+        store
+            .record(&row(2), Some(&Samples::bare(&row(2).id, &[3.0])))
+            .unwrap();
         drop(store);
         let csv = std::fs::read_to_string(&path).unwrap();
         let jsonl = std::fs::read_to_string(samples_path(&path)).unwrap();
@@ -174,7 +200,9 @@ mod tests {
         std::fs::write(samples_path(&path), &jsonl[..jsonl.len() - 4]).unwrap();
         let mut store = open(&path);
         assert!(store.is_done(&row(1).id) && !store.is_done(&row(2).id));
-        store.record(&row(2), Some(&[3.0])).unwrap();
+        store
+            .record(&row(2), Some(&Samples::bare(&row(2).id, &[3.0])))
+            .unwrap();
         drop(store);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), csv);
         assert_eq!(std::fs::read_to_string(samples_path(&path)).unwrap(), jsonl);
@@ -187,7 +215,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("host.csv");
         let mut store = open(&path);
-        store.record(&row(1), Some(&[1.0])).unwrap();
+        store
+            .record(&row(1), Some(&Samples::bare(&row(1).id, &[1.0])))
+            .unwrap();
         drop(store);
         let jsonl = std::fs::read_to_string(samples_path(&path)).unwrap();
         std::fs::write(
@@ -196,7 +226,9 @@ mod tests {
         )
         .unwrap();
         let mut store = open(&path);
-        store.record(&row(2), Some(&[3.0])).unwrap();
+        store
+            .record(&row(2), Some(&Samples::bare(&row(2).id, &[3.0])))
+            .unwrap();
         drop(store);
         let ids: Vec<String> = read_samples(&samples_path(&path))
             .unwrap()

@@ -9,7 +9,7 @@ use crate::project::{HOST, Project};
 use anyhow::{Context, Result, bail};
 use dlas_core::{Filter, Plan, Shard, Study, append, results};
 use dlas_devices::{DeviceSpec, MockProtocol, run_mocked};
-use dlas_runner::timing::Protocol;
+use dlas_runner::rounds::Adaptive;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,9 +27,16 @@ pub struct Args {
     /// Select combinations: axis=value[|value][,axis=value…].
     #[arg(long, default_value = "")]
     filter: String,
-    /// Timed runs per combination (default: the study's protocol).
+    /// Timed runs per combination: mocked devices draw this many; on the
+    /// host it is a fixed count that replaces the adaptive stop (default:
+    /// the study's protocol: on the host at least `min_runs`, then until the
+    /// median is precise, its budget is spent or `max_runs` are done).
     #[arg(long, value_parser = super::bounds::runs)]
     runs: Option<usize>,
+    /// Host: seconds of running after which a combination stops with the
+    /// runs it has (default: the study's `budget_s`).
+    #[arg(long, value_parser = super::bounds::timeout)]
+    budget: Option<f64>,
     /// Warm-up runs, discarded (default: the study's protocol).
     #[arg(long, value_parser = super::bounds::warmup)]
     warmup: Option<usize>,
@@ -42,9 +49,6 @@ pub struct Args {
     /// Seconds one combination may take before it is recorded as failed.
     #[arg(long, value_parser = super::bounds::timeout)]
     timeout: Option<f64>,
-    /// Re-measure a combination up to N times while its CV exceeds 5%.
-    #[arg(long, default_value_t = 0)]
-    remeasure_unstable: usize,
     /// Run only shard i of n (0-based), e.g. 0/4.
     #[arg(long)]
     shard: Option<Shard>,
@@ -175,6 +179,24 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The host's protocol: the study's adaptive one, or a fixed count when
+/// `--runs` is given.
+fn host_protocol(study: &dlas_core::study::Protocol, args: &Args) -> Adaptive {
+    let warmup = args.warmup.unwrap_or(study.warmup);
+    let timeout = Duration::from_secs_f64(args.timeout.unwrap_or(study.timeout_s));
+    match args.runs {
+        Some(runs) => Adaptive::fixed(warmup, runs, timeout),
+        None => Adaptive {
+            warmup,
+            min_runs: study.min_runs(),
+            max_runs: study.max_runs(),
+            half_width: study.half_width,
+            budget: Duration::from_secs_f64(args.budget.unwrap_or(study.budget_s)),
+            timeout,
+        },
+    }
+}
+
 fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Result<ExitCode> {
     let threads = match args.threads.unwrap_or(study.protocol.threads) {
         // The protocol's 0: one thread per physical core.
@@ -188,12 +210,8 @@ fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Resul
             .clone()
             .unwrap_or_else(|| project.results_dir(study).join("host.csv")),
         threads,
-        protocol: Protocol {
-            warmup: args.warmup.unwrap_or(study.protocol.warmup),
-            runs: args.runs.unwrap_or(study.protocol.runs),
-            timeout: Duration::from_secs_f64(args.timeout.unwrap_or(study.protocol.timeout_s)),
-        },
-        remeasure_unstable: args.remeasure_unstable,
+        protocol: host_protocol(&study.protocol, args),
+        interleave: study.protocol.interleave,
         seed: study.protocol.seed,
         tuning: args
             .tuning
