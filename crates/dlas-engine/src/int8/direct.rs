@@ -9,8 +9,10 @@
 //! stride, and one `vpmaddwd` against a broadcast weight pair adds the
 //! products of two input channels into 8 i32 lanes: the GEMM's arithmetic
 //! (`gemm.rs`), with the reduction ordered (channel pair, ky, kx) instead of
-//! (channel, ky, kx). Accumulation is exact, so the accumulators, and after
-//! the shared requantisation the bytes, equal the GEMM's.
+//! (channel, ky, kx). Where the CPU has AVX-512 VNNI (with VL), `vpdpwssd`
+//! fuses that multiply-add with the accumulation, one instruction instead
+//! of two. Accumulation is exact, so the accumulators, and after the
+//! shared requantisation the bytes, equal the GEMM's.
 
 use super::window::{Window, pair, unpair};
 use crate::epilogue::Int8Finish;
@@ -93,6 +95,31 @@ impl Packed {
     }
 }
 
+/// `acc + (a.lo * b.lo + a.hi * b.hi)` per i32 lane of i16 pairs: one
+/// `vpdpwssd` if `VNNI`, else `vpmaddwd` and `vpaddd` (the same value: a
+/// pair's products cannot overflow, the weights being at most 127 in
+/// magnitude).
+///
+/// # Safety
+/// The CPU must have AVX2, and AVX-512 F, VL and VNNI if `VNNI`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn madd_acc<const VNNI: bool>(
+    acc: std::arch::x86_64::__m256i,
+    a: std::arch::x86_64::__m256i,
+    b: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        if VNNI {
+            _mm256_dpwssd_epi32(acc, a, b)
+        } else {
+            _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+        }
+    }
+}
+
 /// One register block's channels: their packed weights and the window
 /// planes of their group.
 struct Block<'a> {
@@ -117,7 +144,10 @@ impl Block<'_> {
         macro_rules! go {
             ($n:literal) => {{
                 #[cfg(target_arch = "x86_64")]
-                let acc = if has_avx2_fma() {
+                let acc = if super::vnni::available_vl() {
+                    // SAFETY: the CPU has AVX-512 F, VL and VNNI.
+                    unsafe { self.vnni::<$n>(win, oy, x0) }
+                } else if has_avx2_fma() {
                     // SAFETY: the CPU has AVX2.
                     unsafe { self.avx2::<$n>(win, oy, x0) }
                 } else {
@@ -163,16 +193,40 @@ impl Block<'_> {
         acc
     }
 
-    /// The block with `vpmaddwd`: per tap, two loads of 16 input pairs and,
-    /// per channel, one broadcast weight pair and two multiply-adds.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn avx2<const N: usize>(&self, win: &Window, oy: usize, x0: usize) -> [[i32; XW]; N] {
+        // SAFETY: the CPU has AVX2 (this function's features).
+        unsafe { self.simd::<N, false>(win, oy, x0) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+    fn vnni<const N: usize>(&self, win: &Window, oy: usize, x0: usize) -> [[i32; XW]; N] {
+        // SAFETY: the CPU has the instructions (this function's features).
+        unsafe { self.simd::<N, true>(win, oy, x0) }
+    }
+
+    /// The block with `vpmaddwd` (`vpdpwssd` if `VNNI`, which the caller
+    /// must be compiled for): per tap, two loads of 16 input pairs and, per
+    /// channel, one broadcast weight pair and two multiply-adds.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, and AVX-512 F, VL and VNNI if `VNNI`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn simd<const N: usize, const VNNI: bool>(
+        &self,
+        win: &Window,
+        oy: usize,
+        x0: usize,
+    ) -> [[i32; XW]; N] {
         use std::arch::x86_64::*;
         let (k, s) = (self.k, self.s);
         let per_channel = win.pairs * k * k;
         assert!(self.weights.len() >= N * per_channel);
-        let mut acc = [[_mm256_setzero_si256(); 2]; N];
+        // SAFETY: the CPU has AVX2 (the caller's contract).
+        let mut acc = [[unsafe { _mm256_setzero_si256() }; 2]; N];
         for j in 0..win.pairs {
             for ky in 0..k {
                 for kx in 0..k {
@@ -185,9 +239,13 @@ impl Block<'_> {
                     };
                     let q = (j * k + ky) * k + kx;
                     for (r, acc) in acc.iter_mut().enumerate() {
-                        let wv = _mm256_set1_epi32(self.weights[r * per_channel + q]);
-                        acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(wv, b0));
-                        acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(wv, b1));
+                        // SAFETY (all three): the caller has AVX2, and
+                        // AVX-512 F, VL and VNNI if VNNI.
+                        unsafe {
+                            let wv = _mm256_set1_epi32(self.weights[r * per_channel + q]);
+                            acc[0] = madd_acc::<VNNI>(acc[0], wv, b0);
+                            acc[1] = madd_acc::<VNNI>(acc[1], wv, b1);
+                        }
                     }
                 }
             }
@@ -241,6 +299,11 @@ mod tests {
                         if has_avx2_fma() {
                             // SAFETY: the CPU has AVX2.
                             assert_eq!(unsafe { block.avx2::<4>(&win, oy, x0) }, want);
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        if super::super::vnni::available_vl() {
+                            // SAFETY: the CPU has AVX-512 F, VL and VNNI.
+                            assert_eq!(unsafe { block.vnni::<4>(&win, oy, x0) }, want);
                         }
                         let mut rows = vec![0i32; OB * wide];
                         block.dispatch(&win, 2, oy, x0, &mut rows, wide);

@@ -8,7 +8,9 @@
 //! the tile one broadcast of its input pair from the [`Window`] (zero point
 //! subtracted, channel pairs interleaved), multiplied with `vpmaddwd`: the
 //! GEMM's arithmetic (`gemm.rs`) with the roles of weights and inputs
-//! swapped. Accumulation is exact, so the accumulators, and after the
+//! swapped (`vpdpwssd`, the multiply-add fused with the accumulation,
+//! where the CPU has AVX-512 VNNI with VL). Accumulation is exact, so the
+//! accumulators, and after the
 //! shared requantisation the bytes, equal the GEMM's. A task keeps its
 //! block's accumulators for the whole output and finishes each channel's
 //! plane in one call.
@@ -144,7 +146,11 @@ impl Block<'_> {
             ($n:literal) => {{
                 let offs: &[usize; $n] = offs[..$n].try_into().expect("n offsets");
                 #[cfg(target_arch = "x86_64")]
-                let a = if has_avx2_fma() {
+                let a = if super::vnni::available_vl() {
+                    // SAFETY: the CPU has AVX-512 F, VL and VNNI, and every
+                    // tap of the tile lies in the window (asserted above).
+                    unsafe { self.vnni::<$n>(win, offs, (oy0, ox0)) }
+                } else if has_avx2_fma() {
                     // SAFETY: the CPU has AVX2, and every tap of the tile
                     // lies in the window (asserted above).
                     unsafe { self.avx2::<$n>(win, offs, (oy0, ox0)) }
@@ -195,9 +201,6 @@ impl Block<'_> {
         acc
     }
 
-    /// Per tap: one load of the block's 8 weight pairs and, per pixel, one
-    /// broadcast input pair and one `vpmaddwd`.
-    ///
     /// # Safety
     /// Every tap of the tile must lie in the window (see `dispatch`).
     #[cfg(target_arch = "x86_64")]
@@ -206,13 +209,47 @@ impl Block<'_> {
         &self,
         win: &Window,
         offs: &[usize; N],
+        at: (usize, usize),
+    ) -> [[i32; VC]; N] {
+        // SAFETY: forwarded; the CPU has AVX2 (this function's features).
+        unsafe { self.simd::<N, false>(win, offs, at) }
+    }
+
+    /// # Safety
+    /// Every tap of the tile must lie in the window (see `dispatch`).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+    unsafe fn vnni<const N: usize>(
+        &self,
+        win: &Window,
+        offs: &[usize; N],
+        at: (usize, usize),
+    ) -> [[i32; VC]; N] {
+        // SAFETY: forwarded; the CPU has the instructions (this function's features).
+        unsafe { self.simd::<N, true>(win, offs, at) }
+    }
+
+    /// Per tap: one load of the block's 8 weight pairs and, per pixel, one
+    /// broadcast input pair and one `vpmaddwd` (`vpdpwssd` if `VNNI`).
+    ///
+    /// # Safety
+    /// Every tap of the tile must lie in the window (see `dispatch`); the
+    /// CPU must have AVX2, and AVX-512 F, VL and VNNI if `VNNI`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn simd<const N: usize, const VNNI: bool>(
+        &self,
+        win: &Window,
+        offs: &[usize; N],
         (oy0, ox0): (usize, usize),
     ) -> [[i32; VC]; N] {
+        use super::direct::madd_acc;
         use std::arch::x86_64::*;
         let (k, s) = (self.k, self.s);
         assert!(self.weights.len() >= win.pairs * k * k * VC);
         let data = win.data.as_ptr();
-        let mut acc = [_mm256_setzero_si256(); N];
+        // SAFETY: the CPU has AVX2 (the caller's contract).
+        let mut acc = [unsafe { _mm256_setzero_si256() }; N];
         for j in 0..win.pairs {
             for ky in 0..k {
                 for kx in 0..k {
@@ -222,9 +259,12 @@ impl Block<'_> {
                     let wv =
                         unsafe { _mm256_loadu_si256(self.weights.as_ptr().add(q * VC).cast()) };
                     for (a, &o) in acc.iter_mut().zip(offs) {
-                        // SAFETY: the tap lies in the window (the caller's contract).
-                        let x = _mm256_set1_epi32(unsafe { *data.add(base + o) });
-                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(x, wv));
+                        // SAFETY: the tap lies in the window and the CPU has
+                        // the instructions (the caller's contract).
+                        unsafe {
+                            let x = _mm256_set1_epi32(*data.add(base + o));
+                            *a = madd_acc::<VNNI>(*a, x, wv);
+                        }
                     }
                 }
             }
@@ -273,6 +313,12 @@ mod tests {
                         }
                         let got = block.dispatch(&win, (vh, vw), (oy0, ox0));
                         let want = block.portable::<8>(&win, &offs, (oy0, ox0));
+                        #[cfg(target_arch = "x86_64")]
+                        if has_avx2_fma() {
+                            // SAFETY: the CPU has AVX2; the tile lies in the window.
+                            let avx2 = unsafe { block.avx2::<8>(&win, &offs, (oy0, ox0)) };
+                            assert_eq!(avx2[..vh * vw], want[..vh * vw]);
+                        }
                         assert_eq!(got[..vh * vw], want[..vh * vw], "{w} {vh}x{vw}");
                         // (The far tile may read only padding.)
                         assert!(oy0 > 0 || want.iter().flatten().any(|&v| v != 0));
