@@ -94,7 +94,9 @@ impl LayerKey {
         })
     }
 
-    /// Whether the layer's kernel has schedule knobs: int8 GEMM has none.
+    /// Whether the layer's kernel has schedule knobs: the int8 kernels
+    /// (GEMM, direct, spatial pack, depthwise) have none, their blocking
+    /// being fixed.
     pub fn tunable(&self) -> bool {
         self.dtype != DType::I8
     }
