@@ -74,9 +74,9 @@ impl Default for EngineConfig {
 pub enum ConfigError {
     #[error("layout nhwc is implemented by the gemm algorithm with dense weights only (got {0})")]
     Nhwc(String),
-    #[error("fp16 is implemented by the gemm algorithm with dense weights only (got {0})")]
+    #[error("fp16 is implemented for dense weights only (got {0})")]
     F16(String),
-    #[error("int8 is implemented by the gemm algorithm with dense weights in NCHW only (got {0})")]
+    #[error("int8 is implemented for dense weights in NCHW only (got {0})")]
     I8(String),
     #[error("int8 needs quantisation parameters (EngineConfig::quant) for every node")]
     MissingQuant,

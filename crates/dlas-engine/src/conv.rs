@@ -72,10 +72,10 @@ impl Conv2d {
         let half = key.dtype == DType::F16;
         let kernel = match (key.kernel, schedule) {
             (KernelAlgorithm::Direct, Schedule::Direct(s)) if key.runs_depthwise_stencil() => {
-                Kernel::Depthwise(DepthwiseConv::new(w, s, weights, Isa::detect()))
+                Kernel::Depthwise(DepthwiseConv::new(w, s, weights, half, Isa::detect()))
             }
             (KernelAlgorithm::Direct, Schedule::Direct(s)) => {
-                Kernel::Direct(DirectConv::new(w, s, weights, key.blocks))
+                Kernel::Direct(DirectConv::new(w, s, weights, key.blocks, half))
             }
             (KernelAlgorithm::Gemm, Schedule::Gemm(s)) => Kernel::Gemm(GemmConv::new(
                 w,
@@ -86,7 +86,7 @@ impl Conv2d {
                 Isa::detect(),
             )),
             (KernelAlgorithm::SpatialPack, Schedule::SpatialPack(s)) => {
-                Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, key.blocks))
+                Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, key.blocks, half))
             }
             (algorithm, s) => {
                 return Err(ConfigError::ScheduleMismatch {
@@ -104,7 +104,10 @@ impl Conv2d {
     }
 
     /// An int8 layer of the int8 lowering `key` names: `weights` quantised
-    /// per output channel and activations as `scales` says.
+    /// per output channel and activations as `scales` says, run by the int8
+    /// kernel of `key.kernel` (depthwise layers by the int8 depthwise
+    /// stencil under every algorithm).
+    /// int8 kernels have no schedule: their blocking is fixed.
     pub fn new_int8(
         key: LayerKey,
         weights: &[f32],
@@ -133,7 +136,14 @@ impl Conv2d {
             "{w}: int8 accumulates {} products per output in i32, at most {MAX_REDUCTION} are safe",
             w.reduction()
         );
-        let kernel = Int8Conv::new(w, weights, scales.weights, scales.input, scales.output);
+        let kernel = Int8Conv::new(
+            w,
+            key.kernel,
+            weights,
+            scales.weights,
+            scales.input,
+            scales.output,
+        );
         Ok(Conv2d {
             key,
             epi: epilogue(&w, bias, act),

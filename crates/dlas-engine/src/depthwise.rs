@@ -12,9 +12,11 @@
 //! for strides above 1 (phase r holds padded columns r, r + s, r + 2s, ...;
 //! stride 2 is split with vector permutes), so every tap reads contiguous
 //! vectors whatever the stride. Bias, residual and a clamping activation
-//! are applied in registers before the store.
+//! are applied in registers before the store. fp16 weights are widened to
+//! f32 a channel's taps at a time (see `fp16`).
 
 use crate::epilogue::{Epilogue, SyncPtr};
+use crate::fp16::Store;
 use crate::isa::Isa;
 use crate::schedule::DirectSchedule;
 use crate::workload::Workload;
@@ -25,8 +27,8 @@ use std::cell::RefCell;
 pub(crate) struct DepthwiseConv {
     w: Workload,
     s: DirectSchedule,
-    /// k * k taps per channel.
-    weights: Vec<f32>,
+    /// k * k taps per channel, f32 or (fp16) f16.
+    weights: Store,
     isa: Isa,
 }
 
@@ -63,14 +65,20 @@ struct Plane<'a> {
 type Fused = Option<(f32, Option<(f32, f32)>)>;
 
 impl DepthwiseConv {
-    /// `weights` is (channels, 1, k, k); tasks are `s.oc_block` channels by
-    /// `s.row_block` output rows.
-    pub fn new(w: Workload, s: DirectSchedule, weights: &[f32], isa: Isa) -> DepthwiseConv {
+    /// `weights` is (channels, 1, k, k), stored as f16 when `half`; tasks
+    /// are `s.oc_block` channels by `s.row_block` output rows.
+    pub fn new(
+        w: Workload,
+        s: DirectSchedule,
+        weights: &[f32],
+        half: bool,
+        isa: Isa,
+    ) -> DepthwiseConv {
         debug_assert!(w.in_channels_per_group() == 1 && w.out_channels_per_group() == 1);
         DepthwiseConv {
             w,
             s,
-            weights: weights.to_vec(),
+            weights: Store::new(weights.to_vec(), half),
             isa,
         }
     }
@@ -100,6 +108,8 @@ impl DepthwiseConv {
                 let (ky, kx) = (t / k, t % k);
                 *off = ((kx % s) * nrows + ky) * pw + kx / s;
             }
+            // One channel's taps, widened from f16 (unused for f32 weights).
+            let mut widened = Vec::new();
             #[cfg(target_arch = "x86_64")]
             if s == 1 && self.isa == Isa::Avx512 {
                 for ch in chans {
@@ -110,7 +120,7 @@ impl DepthwiseConv {
                     let o = unsafe { c.slice(off, len) };
                     let res = residual.map(|r| &r[off..off + len]);
                     let fused = epi.act.clamp().map(|clamp| (epi.bias[ch], clamp));
-                    let taps = &self.weights[ch * k * k..][..k * k];
+                    let taps = self.weights.get(ch * k * k..(ch + 1) * k * k, &mut widened);
                     // SAFETY: the CPU has AVX-512F (`isa` never exceeds Isa::detect()).
                     unsafe { stride1_avx512(w, plane, taps, rows.start, o, fused, res) };
                     if fused.is_none() {
@@ -129,7 +139,7 @@ impl DepthwiseConv {
                     let o = unsafe { c.slice(off, len) };
                     let p = Plane {
                         buf: &buf.buf,
-                        taps: &self.weights[ch * k * k..][..k * k],
+                        taps: self.weights.get(ch * k * k..(ch + 1) * k * k, &mut widened),
                         offsets: &offsets[..k * k],
                         row_step: s * pw,
                         width: ow,
@@ -529,7 +539,8 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// Every instruction set the CPU has, every row blocking, fused
-        /// and unfused epilogues.
+        /// and unfused epilogues, f32 and f16 weights (held to the
+        /// reference of the rounded weights).
         #[test]
         fn every_isa_matches_reference(
             w in testing::depthwise_workload(),
@@ -540,12 +551,14 @@ mod tests {
         ) {
             let weights = testing::weights(&w, seed);
             let s = DirectSchedule { oc_block: 1, row_block };
-            for isa in Isa::available() {
-                let conv = DepthwiseConv::new(w, s, &weights, isa);
-                let e = testing::error(&w, &weights, (act, residual, seed), |x, y, epi, r| {
-                    conv.run(x, y, epi, r)
-                });
-                prop_assert!(e < F32_TOLERANCE, "{isa:?} {w}: error {e}");
+            for (half, reference) in [(false, weights.clone()), (true, testing::rounded_to_f16(&weights))] {
+                for isa in Isa::available() {
+                    let conv = DepthwiseConv::new(w, s, &weights, half, isa);
+                    let e = testing::error(&w, &reference, (act, residual, seed), |x, y, epi, r| {
+                        conv.run(x, y, epi, r)
+                    });
+                    prop_assert!(e < F32_TOLERANCE, "{isa:?} half {half} {w}: error {e}");
+                }
             }
         }
     }

@@ -3,7 +3,8 @@
 //! blocks of 4 output channels x 16 output columns, reusing every input
 //! vector for the 4 channels. Sparse weights: one channel x 16 columns per
 //! register block, one input vector per stored weight, so the kernel skips
-//! exactly the zeros the format dropped.
+//! exactly the zeros the format dropped. fp16 dense weights are widened
+//! to f32 a register block's rows at a time (see `fp16`).
 
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::{has_avx2_fma, madd};
@@ -78,8 +79,9 @@ const OB: usize = 4;
 /// Output columns per register block of the dense kernel.
 const XW: usize = 16;
 
-/// Dense register block: `N` output channels from `oc0` (one group) times
-/// output columns x0..x0+XW of row `oy`, from the zero-padded input.
+/// Dense register block: `N` output channels from `oc0` (one group), whose
+/// weight rows are `d` (`N` x reduction), times output columns x0..x0+XW
+/// of row `oy`, from the zero-padded input.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn dense_block<const N: usize, const FMA: bool>(
@@ -110,7 +112,7 @@ fn dense_block<const N: usize, const FMA: bool>(
                 };
                 let q = (i * k + ky) * k + kx;
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let wv = d[(oc0 + r) * red + q];
+                    let wv = d[r * red + q];
                     for (a, &x) in a.iter_mut().zip(xs) {
                         *a = madd::<FMA>(wv, x, *a);
                     }
@@ -122,11 +124,13 @@ fn dense_block<const N: usize, const FMA: bool>(
 }
 
 impl DirectConv {
+    /// `half` stores dense weights as f16.
     pub fn new(
         w: Workload,
         s: DirectSchedule,
         weights: &[f32],
         blocks: Option<(usize, usize)>,
+        half: bool,
     ) -> Self {
         let hp = w.in_h + 2 * w.padding;
         let wp =
@@ -134,7 +138,7 @@ impl DirectConv {
         DirectConv {
             w,
             s,
-            rows: Rows::new(&w, weights, blocks, (hp, wp)),
+            rows: Rows::new(&w, weights, blocks, (hp, wp), half),
             hp,
             wp,
         }
@@ -164,7 +168,10 @@ impl DirectConv {
         let avx = has_avx2_fma();
         let c = SyncPtr::new(out);
         let padded = &padded;
+        let red = w.reduction();
         (0..oc_blocks * row_blocks).into_par_iter().for_each(|t| {
+            // The task's widened fp16 rows (unused for f32 weights).
+            let mut widened = Vec::new();
             let (ob, rb) = (t / row_blocks, t % row_blocks);
             let rows = rb * row_block..oh.min((rb + 1) * row_block);
             let ocs = ob * self.s.oc_block..w.out_channels.min((ob + 1) * self.s.oc_block);
@@ -175,15 +182,19 @@ impl DirectConv {
                     Rows::Dense(_) => OB.min(ocs.end - oc0).min(ocg - oc0 % ocg),
                     Rows::Taps { .. } => 1,
                 };
+                let block_rows = match &self.rows {
+                    Rows::Dense(d) => d.get(oc0 * red..(oc0 + n) * red, &mut widened),
+                    Rows::Taps { .. } => &[],
+                };
                 for oy in rows.clone() {
                     for x0 in (0..ow).step_by(XW) {
                         let mut acc = [[0.0f32; XW]; OB];
                         match &self.rows {
-                            Rows::Dense(d) => dense_dispatch(
+                            Rows::Dense(_) => dense_dispatch(
                                 avx,
                                 n,
                                 w,
-                                d,
+                                block_rows,
                                 oc0,
                                 oy,
                                 x0,
@@ -230,7 +241,8 @@ impl DirectConv {
     }
 }
 
-/// Runs the `n`-channel instance of [`dense_block`] (AVX2 where available).
+/// Runs the `n`-channel instance of [`dense_block`] (AVX2 where available)
+/// on the `n` weight rows `d`.
 #[allow(clippy::too_many_arguments)]
 fn dense_dispatch(
     avx: bool,
@@ -283,4 +295,37 @@ fn dense_avx2<const N: usize>(
     hw: (usize, usize),
 ) -> [[f32; XW]; N] {
     dense_block::<N, true>(w, d, oc0, oy, x0, padded, hw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{self, F32_TOLERANCE};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Dense f32 and f16 weights (the latter held to the reference of
+        /// the rounded weights), every valid blocking, strides, padding,
+        /// groups, the residual and every activation.
+        #[test]
+        fn dense_f32_and_f16_match_reference(
+            w in testing::dense_workload(),
+            (oc_block, row_block) in (1usize..7, 1usize..5),
+            act in testing::activation(),
+            residual in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let s = DirectSchedule { oc_block: oc_block.min(w.out_channels_per_group()), row_block };
+            let weights = testing::weights(&w, seed);
+            for (half, reference) in [(false, weights.clone()), (true, testing::rounded_to_f16(&weights))] {
+                let conv = DirectConv::new(w, s, &weights, None, half);
+                let e = testing::error(&w, &reference, (act, residual, seed), |x, y, epi, r| {
+                    conv.run(x, y, epi, r)
+                });
+                prop_assert!(e < F32_TOLERANCE, "half {half} {s:?} {w}: error {e}");
+            }
+        }
+    }
 }

@@ -38,6 +38,7 @@ mod depthwise;
 mod direct;
 pub mod engine;
 pub mod epilogue;
+mod fp16;
 mod fusion;
 mod gemm;
 mod int8;

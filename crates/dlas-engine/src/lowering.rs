@@ -30,7 +30,8 @@ pub const BSR_FILL: f64 = 0.6;
 pub struct LayerKey {
     pub workload: Workload,
     /// The algorithm whose kernel runs the layer: the configured one, or
-    /// direct for depthwise fp32 NCHW layers (see [`LayerKey::of`]).
+    /// direct for depthwise fp32 NCHW layers and depthwise fp16 ones not
+    /// under gemm (see [`LayerKey::of`]).
     pub kernel: KernelAlgorithm,
     /// The weight format as BSR block shape of sparse weights (1x1 is
     /// CSR); `None` is dense.
@@ -48,8 +49,13 @@ impl LayerKey {
     /// A depthwise layer (one input and one output channel per group) is a
     /// stack of 2-D stencils: im2col would build a one-row GEMM per channel
     /// and spatial pack would fill one lane of each vector, so in fp32 NCHW
-    /// every algorithm runs it as direct, as TVM and XNNPACK do (int8 picks
-    /// its own depthwise kernel inside its GEMM path).
+    /// every algorithm runs it as direct, as TVM and XNNPACK do. fp16 does
+    /// the same under direct and spatial pack, while fp16 gemm keeps running
+    /// depthwise layers as its own GEMM (as it did when it was the only
+    /// fp16 kernel), and int8 picks its own depthwise kernel under every
+    /// algorithm (see `Int8Conv`).
+    ///
+    /// fp16 and int8 need dense weights, int8 also the NCHW layout.
     pub fn of(
         w: Workload,
         weights: &[f32],
@@ -64,7 +70,7 @@ impl LayerKey {
         };
         let kernel = match config.dtype {
             DType::I8 => {
-                if algorithm != KernelAlgorithm::Gemm || blocks.is_some() || nhwc {
+                if blocks.is_some() || nhwc {
                     let format = if blocks.is_some() { "sparse" } else { "dense" };
                     let what = format!("{algorithm} {format} {}", config.layout);
                     return Err(ConfigError::I8(what));
@@ -74,10 +80,9 @@ impl LayerKey {
             _ if nhwc && (algorithm != KernelAlgorithm::Gemm || blocks.is_some()) => {
                 return Err(ConfigError::Nhwc(what()));
             }
-            DType::F16 if algorithm != KernelAlgorithm::Gemm || blocks.is_some() => {
-                return Err(ConfigError::F16(what()));
-            }
-            DType::F32 if w.is_depthwise() && !nhwc => KernelAlgorithm::Direct,
+            DType::F16 if blocks.is_some() => return Err(ConfigError::F16(what())),
+            DType::F16 if algorithm == KernelAlgorithm::Gemm => algorithm,
+            DType::F32 | DType::F16 if w.is_depthwise() && !nhwc => KernelAlgorithm::Direct,
             DType::F32 | DType::F16 => algorithm,
         };
         Ok(LayerKey {
@@ -89,7 +94,9 @@ impl LayerKey {
         })
     }
 
-    /// Whether the layer's kernel has schedule knobs: int8 GEMM has none.
+    /// Whether the layer's kernel has schedule knobs: the int8 kernels
+    /// (GEMM, direct, spatial pack, depthwise) have none, their blocking
+    /// being fixed.
     pub fn tunable(&self) -> bool {
         self.dtype != DType::I8
     }
@@ -124,12 +131,12 @@ impl LayerKey {
     }
 
     /// Whether a direct layer runs the vectorised depthwise stencil rather
-    /// than the sliding-window kernel: depthwise, dense, and a kernel of at
-    /// most [`MAX_TAPS`] taps. A direct schedule drives both.
+    /// than the sliding-window kernel: fp32 or fp16, depthwise, dense, and a
+    /// kernel of at most [`MAX_TAPS`] taps. A direct schedule drives both.
     pub(crate) fn runs_depthwise_stencil(&self) -> bool {
         let w = &self.workload;
         self.kernel == KernelAlgorithm::Direct
-            && self.dtype == DType::F32
+            && self.dtype != DType::I8
             && w.is_depthwise()
             && self.blocks.is_none()
             && w.kernel * w.kernel <= MAX_TAPS

@@ -3,9 +3,12 @@
 //! [group][oc block][ic][ky][kx][vc], and each task accumulates a `vh` x `vw`
 //! output tile for `vc` output channels (the vector) in registers.
 //! The sparse variant packs the input tile by tile and runs the block-sparse
-//! SpMM kernel over the tiles (see `run_sparse`).
+//! SpMM kernel over the tiles (see `run_sparse`). fp16 dense weights are
+//! widened to f32 one output-channel block at a time, once per task that
+//! uses it (see `fp16`).
 
 use crate::epilogue::{Activation, Epilogue, SyncPtr};
+use crate::fp16::Store;
 use crate::gemm::{pack_columns, sparse_gemm, strip, with_kept_buffer};
 use crate::isa::{Isa, has_avx2_fma, madd};
 use crate::schedule::{GemmSchedule, ParallelLoop, SpatialPackSchedule};
@@ -18,7 +21,8 @@ const MAX_TILE: usize = 16;
 
 #[derive(Debug, Clone)]
 enum Packed {
-    Dense(Vec<f32>),
+    /// [group][oc block][reduction][vc], f32 or (fp16) f16.
+    Dense(Store),
     Sparse(Vec<BlockSparse>),
 }
 
@@ -42,11 +46,13 @@ struct Tile {
 }
 
 impl SpatialPackConv {
+    /// `half` stores dense weights as f16.
     pub fn new(
         w: Workload,
         s: SpatialPackSchedule,
         weights: &[f32],
         blocks: Option<(usize, usize)>,
+        half: bool,
     ) -> Self {
         let (ocg, red) = (w.out_channels_per_group(), w.reduction());
         let packed = match blocks {
@@ -69,7 +75,7 @@ impl SpatialPackConv {
                         }
                     }
                 }
-                Packed::Dense(p)
+                Packed::Dense(Store::new(p, half))
             }
         };
         let reach = |out: usize, tile: usize| (out.div_ceil(tile) * tile - 1) * w.stride + w.kernel;
@@ -84,9 +90,10 @@ impl SpatialPackConv {
 
     /// One NCHW sample.
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
-        if let Packed::Sparse(m) = &self.packed {
-            return self.run_sparse(m, input, out, epi, residual);
-        }
+        let packed = match &self.packed {
+            Packed::Sparse(m) => return self.run_sparse(m, input, out, epi, residual),
+            Packed::Dense(p) => p,
+        };
         let w = &self.w;
         let (hp, wp, p) = (self.hp, self.wp, w.padding);
         let mut padded = vec![0.0f32; w.in_channels * hp * wp];
@@ -103,9 +110,10 @@ impl SpatialPackConv {
         let (ty, tx) = (w.out_h.div_ceil(self.s.vh), w.out_w.div_ceil(self.s.vw));
         let c = SyncPtr::new(out);
         let avx = has_avx2_fma();
-        let run = |t: Tile| {
+        let block = self.s.vc * w.reduction();
+        let run = |t: Tile, wblock: &[f32]| {
             // SAFETY: every tile is written by exactly one task.
-            unsafe { self.tile(t, &padded, c, epi, residual, avx) }
+            unsafe { self.tile(t, wblock, &padded, c, epi, residual, avx) }
         };
         let tile = |g, ob, y, x| Tile {
             g,
@@ -116,17 +124,21 @@ impl SpatialPackConv {
         match self.s.parallel {
             ParallelLoop::OutputChannels => {
                 (0..w.groups * oblocks).into_par_iter().for_each(|gb| {
+                    let mut widened = Vec::new();
+                    let wblock = packed.get(gb * block..(gb + 1) * block, &mut widened);
                     for y in 0..ty {
                         for x in 0..tx {
-                            run(tile(gb / oblocks, gb % oblocks, y, x));
+                            run(tile(gb / oblocks, gb % oblocks, y, x), wblock);
                         }
                     }
                 })
             }
             ParallelLoop::Spatial => (0..ty).into_par_iter().for_each(|y| {
+                let mut widened = Vec::new();
                 for gb in 0..w.groups * oblocks {
+                    let wblock = packed.get(gb * block..(gb + 1) * block, &mut widened);
                     for x in 0..tx {
-                        run(tile(gb / oblocks, gb % oblocks, y, x));
+                        run(tile(gb / oblocks, gb % oblocks, y, x), wblock);
                     }
                 }
             }),
@@ -198,11 +210,15 @@ impl SpatialPackConv {
         }
     }
 
+    /// Tile `t` from the weights of its oc block, `wblock` ([reduction][vc]).
+    ///
     /// # Safety
     /// No other task may write tile `t`.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn tile(
         &self,
         t: Tile,
+        wblock: &[f32],
         padded: &[f32],
         c: SyncPtr,
         epi: &Epilogue,
@@ -210,10 +226,7 @@ impl SpatialPackConv {
         avx: bool,
     ) {
         let mut acc = [0.0f32; MAX_TILE * 16];
-        let Packed::Dense(p) = &self.packed else {
-            unreachable!("sparse layers run through run_sparse")
-        };
-        dense_tile(self, p, t, padded, &mut acc, avx);
+        dense_tile(self, wblock, t, padded, &mut acc, avx);
         let width = self.s.vc;
         let w = &self.w;
         let ocg = w.out_channels_per_group();
@@ -232,7 +245,8 @@ impl SpatialPackConv {
     }
 }
 
-/// Accumulates a dense tile: acc[(y * vw + x) * vc + lane].
+/// Accumulates a dense tile from its oc block's weights `p`:
+/// acc[(y * vw + x) * vc + lane].
 fn dense_tile(
     sp: &SpatialPackConv,
     p: &[f32],
@@ -293,9 +307,8 @@ fn dense_body<const VC: usize, const N: usize, const FMA: bool>(
     let w = &sp.w;
     let (k, s, red, icg) = (w.kernel, w.stride, w.reduction(), w.in_channels_per_group());
     let (vh, vw, hp, wp) = (sp.s.vh, sp.s.vw, sp.hp, sp.wp);
-    let blocks = w.out_channels_per_group().div_ceil(VC);
     let mut tile = [[0.0f32; VC]; N];
-    let wblock = &p[(t.g * blocks + t.ob) * red * VC..][..red * VC];
+    let wblock = &p[..red * VC];
     // Offsets of the tile's pixels from the window origin, and one bounds
     // check for the whole tile (the padded buffer covers whole tiles).
     let ntile = N;
@@ -325,5 +338,42 @@ fn dense_body<const VC: usize, const N: usize, const FMA: bool>(
     }
     for (i, a) in tile.iter().enumerate() {
         acc[i * VC..][..VC].copy_from_slice(a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{SPATIAL_PACK_VC, Schedule};
+    use crate::testing::{self, F32_TOLERANCE};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Dense f32 and f16 weights (the latter held to the reference of
+        /// the rounded weights), every valid tile and parallel loop,
+        /// strides, padding, groups, the residual and every activation.
+        #[test]
+        fn dense_f32_and_f16_match_reference(
+            w in testing::dense_workload(),
+            (vc, vh, vw) in (0..SPATIAL_PACK_VC.len(), 1usize..4, 1usize..5),
+            spatial in any::<bool>(),
+            act in testing::activation(),
+            residual in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let parallel = if spatial { ParallelLoop::Spatial } else { ParallelLoop::OutputChannels };
+            let s = SpatialPackSchedule { vc: SPATIAL_PACK_VC[vc], vh, vw, parallel };
+            prop_assume!(Schedule::SpatialPack(s).validate(&w).is_ok());
+            let weights = testing::weights(&w, seed);
+            for (half, reference) in [(false, weights.clone()), (true, testing::rounded_to_f16(&weights))] {
+                let conv = SpatialPackConv::new(w, s, &weights, None, half);
+                let e = testing::error(&w, &reference, (act, residual, seed), |x, y, epi, r| {
+                    conv.run(x, y, epi, r)
+                });
+                prop_assert!(e < F32_TOLERANCE, "half {half} {s:?} {w}: error {e}");
+            }
+        }
     }
 }

@@ -86,6 +86,17 @@ pub(crate) fn weights(w: &Workload, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// `weights` as an fp16 kernel computes with them: rounded to f16. Held
+/// to the reference of these, an fp16 kernel's only error is its f32
+/// arithmetic, so it meets [`F32_TOLERANCE`] (and a kernel that rounded
+/// differently, or read a weight from the wrong place, would not).
+pub(crate) fn rounded_to_f16(weights: &[f32]) -> Vec<f32> {
+    weights
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_f32())
+        .collect()
+}
+
 /// `weights` with a random `fraction` of them zeroed.
 pub(crate) fn sparsify(weights: &[f32], fraction: f64, seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x2e40);

@@ -3,13 +3,15 @@
 //! each output channel's nonzero taps with their offsets into the padded
 //! input precomputed at load, so the inner loop does no index arithmetic.
 
+use crate::fp16::Store;
 use crate::sparse::BlockSparse;
 use crate::workload::Workload;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Rows {
-    /// (out, reduction) row-major; reduction index ic * k * k + ky * k + kx.
-    Dense(Vec<f32>),
+    /// (out, reduction) row-major; reduction index ic * k * k + ky * k + kx;
+    /// f32, or f16 for fp16 layers.
+    Dense(Store),
     /// Taps of output channel oc: `offset[row_ptr[oc]..row_ptr[oc + 1]]`
     /// (into a padded input of `hw` = (height, width) planes) and values.
     Taps {
@@ -22,16 +24,19 @@ pub(crate) enum Rows {
 impl Rows {
     /// `blocks`: the BSR block shape of the sparse format (CSR is 1x1); the
     /// blocks' explicit zeros are dropped, since a sliding window gains
-    /// nothing from computing them.
+    /// nothing from computing them. `half` stores dense rows as f16 (the
+    /// lowering gives sparse formats f32 only).
     pub fn new(
         w: &Workload,
         weights: &[f32],
         blocks: Option<(usize, usize)>,
         (hp, wp): (usize, usize),
+        half: bool,
     ) -> Rows {
         let Some((r, c)) = blocks else {
-            return Rows::Dense(weights.to_vec());
+            return Rows::Dense(Store::new(weights.to_vec(), half));
         };
+        debug_assert!(!half, "sparse weights are stored in f32");
         let (ocg, red, k, icg) = (
             w.out_channels_per_group(),
             w.reduction(),

@@ -187,14 +187,14 @@ fn error(case: &Case, config: &EngineConfig) -> f64 {
     rel_l2(&got, &want)
 }
 
-/// Relative error of the fp16 gemm against the reference, normalised by the
-/// reference convolution of absolute values (see F16_TOLERANCE).
-fn f16_error(case: &Case) -> f64 {
+/// Relative error of `algorithm` in fp16 against the reference, normalised
+/// by the reference convolution of absolute values (see F16_TOLERANCE).
+fn f16_error(case: &Case, algorithm: KernelAlgorithm) -> f64 {
     let d = data(case, false);
     let w = &case.w;
     let cfg = EngineConfig {
         dtype: DType::F16,
-        ..config(KernelAlgorithm::Gemm, FormatChoice::Dense, Layout::Nchw)
+        ..config(algorithm, FormatChoice::Dense, Layout::Nchw)
     };
     let conv = layer(w, &d.weight, &d.bias, &cfg);
     // The engine stores activations in f16, so the layer sees rounded inputs.
@@ -235,41 +235,32 @@ fn f16_error(case: &Case) -> f64 {
     (err / norm).sqrt()
 }
 
-/// Checks the int8 gemm element by element against a rigorous bound.
-/// Activations are quantised with step sx (input) and so (output) and
-/// weights with step sw[oc]; rounding moves a value by at most half a step,
-/// and the zero point's own rounding can shift the representable range by
-/// another half step, so each stored value is within one step of the real
-/// one. The i32 accumulation is exact, hence for every output
-///   |y_int8 - y| <= sx * sum|w| + sw[oc] * sum(|x| + sx) + so
-/// over the taps that fall inside the input. Returns the worst ratio of
-/// error to bound (must be < 1).
-fn int8_worst_ratio(case: &Case) -> f64 {
+/// An int8 layer with its quantised input and the quantisation it ran with.
+struct Int8Layer {
+    conv: Conv2d,
+    input: Vec<i8>,
+    qi: dlas_zoo::quant::ActivationQuant,
+    qo: dlas_zoo::quant::ActivationQuant,
+    /// Per output channel.
+    scales: Vec<f32>,
+}
+
+/// The int8 layer `algorithm` makes of `case` (identity activation) on
+/// data `d`: the input and output ranges are those of the data and of its
+/// reference output `want`.
+fn int8_layer(case: &Case, d: &Data, want: &[f64], algorithm: KernelAlgorithm) -> Int8Layer {
     use dlas_zoo::quant::{ActivationQuant, channel_scales};
-    let d = data(case, false);
     let w = &case.w;
-    let conv_ir = dlas_zoo::Conv {
-        in_channels: w.in_channels,
-        out_channels: w.out_channels,
-        kernel: w.kernel,
-        stride: w.stride,
-        padding: w.padding,
-        groups: w.groups,
-        bias: true,
-    };
-    let shape = [w.in_channels, w.in_h, w.in_w];
-    let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
-    let want = conv2d_f64(&x64, case.batch, shape, &conv_ir, &d.weight, Some(&d.bias));
     let range = |v: &[f64]| {
         v.iter()
             .fold((0.0f64, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)))
     };
-    let (xl, xh) = range(&x64);
-    let (yl, yh) = range(&want);
+    let (xl, xh) = range(&d.input.iter().map(|&v| v as f64).collect::<Vec<_>>());
+    let (yl, yh) = range(want);
     let qi = ActivationQuant::from_range(xl as f32, xh as f32);
     let qo = ActivationQuant::from_range(yl as f32, yh as f32);
     let scales = channel_scales(&d.weight, w.out_channels);
-    let key = LayerKey::of(*w, &d.weight, &int8_config()).unwrap();
+    let key = LayerKey::of(*w, &d.weight, &int8_config(algorithm)).unwrap();
     let scales_of = Int8Scales {
         weights: &scales,
         input: qi,
@@ -283,7 +274,75 @@ fn int8_worst_ratio(case: &Case) -> f64 {
         scales_of,
     )
     .unwrap();
-    let xq: Vec<i8> = d.input.iter().map(|&v| qi.quantize(v)).collect();
+    let input = d.input.iter().map(|&v| qi.quantize(v)).collect();
+    Int8Layer {
+        conv,
+        input,
+        qi,
+        qo,
+        scales,
+    }
+}
+
+/// The reference output of `case` on data `d`.
+fn reference(case: &Case, d: &Data) -> Vec<f64> {
+    let w = &case.w;
+    let conv_ir = dlas_zoo::Conv {
+        in_channels: w.in_channels,
+        out_channels: w.out_channels,
+        kernel: w.kernel,
+        stride: w.stride,
+        padding: w.padding,
+        groups: w.groups,
+        bias: true,
+    };
+    let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
+    let shape = [w.in_channels, w.in_h, w.in_w];
+    conv2d_f64(&x64, case.batch, shape, &conv_ir, &d.weight, Some(&d.bias))
+}
+
+/// The int8 bytes of `algorithm` on `case` and the kernel that made them.
+fn int8_bytes(case: &Case, algorithm: KernelAlgorithm) -> (&'static str, Vec<i8>) {
+    let d = data(case, false);
+    let want = reference(case, &d);
+    let l = int8_layer(case, &d, &want, algorithm);
+    (
+        l.conv.kernel_name(),
+        l.conv.run_i8(pool(), &l.input, case.batch),
+    )
+}
+
+/// Checks an int8 layer element by element against a rigorous bound.
+/// Activations are quantised with step sx (input) and so (output) and
+/// weights with step sw[oc]; rounding moves a value by at most half a step,
+/// and the zero point's own rounding can shift the representable range by
+/// another half step, so each stored value is within one step of the real
+/// one. The i32 accumulation is exact, hence for every output
+///   |y_int8 - y| <= sx * sum|w| + sw[oc] * sum(|x| + sx) + so
+/// over the taps that fall inside the input. Returns the worst ratio of
+/// error to bound (must be < 1).
+fn int8_worst_ratio(case: &Case, algorithm: KernelAlgorithm) -> f64 {
+    let d = data(case, false);
+    let w = &case.w;
+    let conv_ir = dlas_zoo::Conv {
+        in_channels: w.in_channels,
+        out_channels: w.out_channels,
+        kernel: w.kernel,
+        stride: w.stride,
+        padding: w.padding,
+        groups: w.groups,
+        bias: true,
+    };
+    let shape = [w.in_channels, w.in_h, w.in_w];
+    let x64: Vec<f64> = d.input.iter().map(|&v| v as f64).collect();
+    let want = reference(case, &d);
+    let Int8Layer {
+        conv,
+        input: xq,
+        qi,
+        qo,
+        scales,
+    } = int8_layer(case, &d, &want, algorithm);
     let got: Vec<f32> = conv
         .run_i8(pool(), &xq, case.batch)
         .iter()
@@ -318,11 +377,11 @@ fn config(algorithm: KernelAlgorithm, format: FormatChoice, layout: Layout) -> E
     }
 }
 
-/// Dense int8 GEMM in NCHW, the engine's one int8 lowering.
-fn int8_config() -> EngineConfig {
+/// Dense int8 in NCHW, the int8 lowerings the engine has.
+fn int8_config(algorithm: KernelAlgorithm) -> EngineConfig {
     EngineConfig {
         dtype: DType::I8,
-        ..config(KernelAlgorithm::Gemm, FormatChoice::Dense, Layout::Nchw)
+        ..config(algorithm, FormatChoice::Dense, Layout::Nchw)
     }
 }
 
@@ -363,16 +422,40 @@ proptest! {
         }
     }
 
+    /// fp16 under every algorithm (depthwise layers included: the stencil
+    /// under direct and spatial pack, the GEMM under gemm).
     #[test]
-    fn gemm_f16_matches_reference(c in case()) {
-        let e = f16_error(&c);
-        prop_assert!(e < F16_TOLERANCE, "{} error {e}", c.w);
+    fn f16_matches_reference(c in case()) {
+        for a in KernelAlgorithm::ALL {
+            let e = f16_error(&c, a);
+            prop_assert!(e < F16_TOLERANCE, "{a} {} error {e}", c.w);
+        }
     }
 
     #[test]
-    fn gemm_int8_within_quantisation_bound(c in case()) {
-        let r = int8_worst_ratio(&c);
-        prop_assert!(r < 1.0, "{} error / bound {r}", c.w);
+    fn int8_within_quantisation_bound(c in case()) {
+        for a in KernelAlgorithm::ALL {
+            let r = int8_worst_ratio(&c, a);
+            prop_assert!(r < 1.0, "{a} {} error / bound {r}", c.w);
+        }
+    }
+
+    /// int8 direct and spatial pack give the int8 GEMM's bytes on the same
+    /// quantisation (all accumulate exactly and share the requantisation),
+    /// batch 1 and 2; depthwise layers run the same int8 depthwise kernel
+    /// under every algorithm.
+    #[test]
+    fn int8_direct_and_spatial_pack_equal_the_gemm(c in case()) {
+        let (gemm_kernel, want) = int8_bytes(&c, KernelAlgorithm::Gemm);
+        for a in [KernelAlgorithm::Direct, KernelAlgorithm::SpatialPack] {
+            let (kernel, got) = int8_bytes(&c, a);
+            if c.w.is_depthwise() {
+                prop_assert_eq!(kernel, "depthwise-int8");
+            } else {
+                prop_assert_eq!(kernel, format!("{a}-int8"));
+            }
+            prop_assert!(got == want, "{a} ({kernel}) against {gemm_kernel} on {}", c.w);
+        }
     }
 
     /// Every schedule that validates computes the same convolution.
@@ -425,7 +508,7 @@ fn int8_refuses_reductions_that_could_overflow() {
     let w = Workload::new(8000, 1, 3, 1, 1, 1, 3, 3);
     let weights = vec![0.5; w.reduction()];
     let q = ActivationQuant::from_range(-1.0, 1.0);
-    let key = LayerKey::of(w, &weights, &int8_config()).unwrap();
+    let key = LayerKey::of(w, &weights, &int8_config(KernelAlgorithm::Gemm)).unwrap();
     let scales = Int8Scales {
         weights: &[0.5],
         input: q,

@@ -121,7 +121,7 @@ pub fn load(
         ),
         (true, _) if config.dtype == DType::I8 => (
             Engine::compile(&graph, &weights, &config)?,
-            "int8 GEMM has no schedule knobs, so tuned is untuned".to_string(),
+            "int8 kernels have no schedule knobs, so tuned is untuned".to_string(),
         ),
         (true, None) => bail!("a tuned combination needs tuning records (none were loaded)"),
         (true, Some(t)) => {

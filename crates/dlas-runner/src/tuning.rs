@@ -118,7 +118,10 @@ pub fn tasks(
         }
         if c.compression == Compression::Int8 {
             *skipped
-                .entry("int8 GEMM has no schedule knobs: its tuned time is its untuned time".into())
+                .entry(
+                    "int8 kernels have no schedule knobs: their tuned time is their untuned time"
+                        .into(),
+                )
                 .or_default() += 1;
             continue;
         }

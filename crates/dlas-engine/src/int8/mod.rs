@@ -2,21 +2,29 @@
 //! symmetric scales, int8 activations with a per-tensor scale and zero
 //! point, exact i32 accumulation, and a per-channel requantisation epilogue.
 //!
-//! Kernels, chosen from the layer's shape and the CPU: depthwise layers (one
-//! input and one output channel per group) run a sliding-window stencil per
-//! channel ([`depthwise`]); every other layer runs im2col and an integer
-//! GEMM, with AVX-512 VNNI's `vpdpbusd` where the CPU has it ([`vnni`]) and
-//! AVX2's `vpmaddwd` (or portable code) elsewhere ([`gemm`], also the
-//! reference the others are tested against). The GEMM would run a depthwise
+//! Kernels, chosen from the layer's algorithm, shape and the CPU: depthwise
+//! layers (one input and one output channel per group) run a sliding-window
+//! stencil per channel ([`depthwise`]) under every algorithm; under gemm,
+//! every other layer runs im2col and an integer GEMM, with AVX-512 VNNI's
+//! `vpdpbusd` where the CPU has it ([`vnni`]) and AVX2's `vpmaddwd` (or
+//! portable code) elsewhere ([`gemm`], also the reference the others are
+//! tested against); under direct and spatial pack, the sliding-window
+//! kernels [`direct`] and [`spatial_pack`] (AVX2 `vpmaddwd` or portable
+//! code) read the input through one padded, pair-interleaved [`window`]
+//! copy, without im2col. The GEMM would run a depthwise
 //! layer as one one-row matrix product per channel, with its per-group
 //! packing and a 4-row register tile of which one row is used, which made
 //! int8 MobileNets an order of magnitude slower than fp32. All kernels
 //! accumulate exactly, so they produce the same bytes (tested).
 
 mod depthwise;
+mod direct;
 mod gemm;
+mod spatial_pack;
 mod vnni;
+mod window;
 
+use crate::algorithm::KernelAlgorithm;
 use crate::epilogue::{Activation, Epilogue};
 #[cfg(target_arch = "x86_64")]
 use crate::isa::has_avx2_fma;
@@ -47,6 +55,8 @@ enum Kernel {
     Gemm(gemm::Packed),
     Vnni(vnni::Packed),
     Depthwise(depthwise::Packed),
+    Direct(direct::Packed),
+    SpatialPack(spatial_pack::Packed),
 }
 
 /// Which kernel runs a layer.
@@ -55,6 +65,8 @@ enum Choice {
     Gemm,
     Vnni,
     Depthwise,
+    Direct,
+    SpatialPack,
 }
 
 /// A weight quantised with its channel's scale: symmetric, in -127..=127.
@@ -64,20 +76,21 @@ fn quantize_weight(v: f32, scale: f32) -> i8 {
 
 impl Int8Conv {
     /// Quantises `weights` with `scales` (one per output channel), for the
-    /// kernel that suits the layer.
+    /// kernel of `algorithm` that suits the layer and the CPU.
     pub fn new(
         w: Workload,
+        algorithm: KernelAlgorithm,
         weights: &[f32],
         scales: &[f32],
         input: ActivationQuant,
         output: ActivationQuant,
     ) -> Int8Conv {
-        let choice = if w.is_depthwise() {
-            Choice::Depthwise
-        } else if vnni::available() {
-            Choice::Vnni
-        } else {
-            Choice::Gemm
+        let choice = match algorithm {
+            _ if w.is_depthwise() => Choice::Depthwise,
+            KernelAlgorithm::Gemm if vnni::available() => Choice::Vnni,
+            KernelAlgorithm::Gemm => Choice::Gemm,
+            KernelAlgorithm::Direct => Choice::Direct,
+            KernelAlgorithm::SpatialPack => Choice::SpatialPack,
         };
         Int8Conv::with_kernel(w, weights, scales, input, output, choice)
     }
@@ -96,6 +109,8 @@ impl Int8Conv {
             Choice::Depthwise => Kernel::Depthwise(depthwise::Packed::new(&w, q)),
             Choice::Vnni => Kernel::Vnni(vnni::Packed::new(&w, q)),
             Choice::Gemm => Kernel::Gemm(gemm::Packed::new(&w, q)),
+            Choice::Direct => Kernel::Direct(direct::Packed::new(&w, q)),
+            Choice::SpatialPack => Kernel::SpatialPack(spatial_pack::Packed::new(&w, q)),
         };
         Int8Conv {
             w,
@@ -111,6 +126,8 @@ impl Int8Conv {
             Kernel::Gemm(_) => "gemm-int8",
             Kernel::Vnni(_) => "gemm-int8-vnni",
             Kernel::Depthwise(_) => "depthwise-int8",
+            Kernel::Direct(_) => "direct-int8",
+            Kernel::SpatialPack(_) => "spatial-pack-int8",
         }
     }
 
@@ -136,6 +153,8 @@ impl Int8Conv {
             Kernel::Gemm(p) => p.run(&self.w, input, zp, out, &finish),
             Kernel::Vnni(p) => p.run(&self.w, input, zp, out, &finish),
             Kernel::Depthwise(p) => p.run(&self.w, input, zp, out, &finish),
+            Kernel::Direct(p) => p.run(&self.w, input, zp, out, &finish),
+            Kernel::SpatialPack(p) => p.run(&self.w, input, zp, out, &finish),
         }
     }
 
@@ -267,6 +286,36 @@ mod tests {
         .enumerate()
         {
             agree(Choice::Depthwise, Workload::new(c, c, k, s, p, c, h, w), i);
+        }
+    }
+
+    /// The direct and spatial-pack kernels give the bytes of the reference
+    /// GEMM (exact i32 accumulation, the same requantisation): strides 1
+    /// and 2, padding, kernels 1, 3, 5 and 7, groups, odd channel counts
+    /// (a zero channel completes the last pair), register blocks and tiles
+    /// cut by the output's edges and by groups, single-pixel outputs, and a
+    /// residual with a clipping activation.
+    #[test]
+    fn direct_and_spatial_pack_equal_the_gemm() {
+        for (i, wl) in [
+            Workload::new(3, 5, 3, 1, 1, 1, 7, 9),
+            Workload::new(16, 16, 3, 1, 1, 1, 8, 8),
+            Workload::new(7, 17, 3, 2, 1, 1, 9, 8),
+            Workload::new(5, 9, 1, 1, 0, 1, 6, 5),
+            Workload::new(6, 10, 1, 2, 0, 1, 7, 7),
+            Workload::new(12, 18, 5, 1, 2, 3, 11, 6),
+            Workload::new(10, 12, 3, 2, 1, 2, 5, 7),
+            Workload::new(9, 40, 7, 2, 3, 1, 15, 15),
+            Workload::new(64, 24, 3, 1, 1, 1, 2, 3),
+            Workload::new(1, 3, 3, 1, 0, 1, 3, 3),
+            Workload::new(33, 13, 3, 1, 1, 1, 1, 1),
+            Workload::new(4, 6, 3, 2, 0, 1, 20, 37),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            agree(Choice::Direct, wl, i);
+            agree(Choice::SpatialPack, wl, i);
         }
     }
 

@@ -45,6 +45,20 @@ impl Tile {
     }
 }
 
+/// Whether the AVX-512 VNNI 256-bit instructions (`vpdpwssd` on `ymm`,
+/// with AVX512VL) run on this CPU: the direct and spatial-pack kernels'
+/// fused multiply-add of i16 pairs.
+pub(super) fn available_vl() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        available() && is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether this CPU runs the kernel.
 pub(super) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]

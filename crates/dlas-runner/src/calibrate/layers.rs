@@ -309,8 +309,13 @@ pub fn median_cold_us(flush: &Flush, mut run: impl FnMut() -> Result<()>) -> Res
 }
 
 fn config(setup: &Setup, threads: usize) -> EngineConfig {
-    // fp32 depthwise layers run the stencil under every algorithm; fp16 and
-    // int8 exist only in the GEMM path, whose own depthwise kernels run them.
+    // fp32 depthwise layers run the stencil under every algorithm. fp16 and
+    // int8 now have direct and spatial-pack kernels too, but the device
+    // model's fp16 and int8 classes were fitted to the GEMM path (see
+    // `dlas_devices::efficiency::class_of`), so their depthwise layers are
+    // still measured there: the fp16 GEMM runs depthwise layers itself (under
+    // direct and spatial pack they run the stencil with f16 weights), and
+    // int8 runs its depthwise kernel under every algorithm.
     let algorithm = match setup.family {
         KernelFamily::Depthwise if setup.precision != Precision::F32 => KernelAlgorithm::Gemm,
         KernelFamily::Direct | KernelFamily::Depthwise => KernelAlgorithm::Direct,
