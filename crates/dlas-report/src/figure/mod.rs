@@ -48,7 +48,7 @@ pub struct Panel {
     pub modelled: bool,
     /// How the value axis maps values; logarithmic from its floor unless
     /// said otherwise.
-    #[serde(default, skip_serializing_if = "Scale::is_log")]
+    #[serde(skip_serializing_if = "Scale::is_log")]
     pub scale: Scale,
 }
 
