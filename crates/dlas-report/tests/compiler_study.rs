@@ -150,3 +150,57 @@ fn each_selection_writes_its_files_under_the_study_folders() {
         );
     });
 }
+
+/// Figure 6 draws the block-repeat rows Finding C3 reads: on the recorded
+/// host (whose runtimes, not its native engine, ran the block models) each
+/// compiled configuration with block rows gets a panel marked measured.
+#[test]
+fn figure_6_shows_the_host_block_rows_finding_c3_reads() {
+    with_results(
+        &[
+            "data/results/compilers/mock.csv",
+            "data/results/compilers/host.csv",
+        ],
+        |inputs| {
+            let figure = compilers::figure(6, inputs).unwrap();
+            let dlas_report::figure::Body::Lines { panels, .. } = &figure.body else {
+                panic!("Figure 6 draws lines")
+            };
+            let host: Vec<&str> = panels
+                .iter()
+                .filter(|p| p.title.starts_with("host"))
+                .map(|p| p.title.as_str())
+                .collect();
+            assert_eq!(
+                host,
+                [
+                    "host (measured): tract-opt over tract-plain",
+                    "host (measured): ort-opt over ort-noopt"
+                ]
+            );
+            assert!(
+                panels
+                    .iter()
+                    .all(|p| p.note.is_empty() && !p.series.is_empty())
+            );
+            // The findings are checked per results file: the host's here.
+            let c3 = compilers::CATALOGUE
+                .check(inputs)
+                .into_iter()
+                .find(|checked| checked.file.ends_with("host.csv"))
+                .expect("the host's results file is checked")
+                .outcomes
+                .into_iter()
+                .find(|o| {
+                    o.evidence
+                        .iter()
+                        .any(|e| e.contains("the deepest model gains"))
+                })
+                .expect("Finding C3's outcome");
+            assert!(
+                c3.devices.iter().any(|d| d == "host"),
+                "C3 reads the host's block rows: {c3:?}"
+            );
+        },
+    );
+}

@@ -3,7 +3,9 @@
 //! against achieved speedups, and what tuning brings. Only the native
 //! engine's rows (the algorithm axis) at batch 1 enter.
 
-use crate::figure::{Body, FigureData, Heatmap, Panel, Point, ScatterPanel, ScatterSeries, Series};
+use crate::figure::{
+    Body, FigureData, Heatmap, Panel, Point, Scale, ScatterPanel, ScatterSeries, Series,
+};
 use crate::inputs::{Inputs, footer};
 use crate::table::Table;
 use dlas_core::{Algorithm, Compression, Dataset, ResultRow};
@@ -190,6 +192,7 @@ pub fn compression_speedup(inputs: &Inputs, footer: String) -> FigureData {
         .map(|(device, _)| Panel {
             title: crate::provenance::panel_title(inputs, &device),
             modelled: crate::provenance::is_modelled(inputs, &device),
+            scale: Scale::Ratio,
             groups: keys
                 .iter()
                 .map(|(d, m, c)| format!("{d}/{m} {c}"))
@@ -326,6 +329,7 @@ pub fn tuning_speedup(inputs: &Inputs, footer: String) -> FigureData {
         .map(|(device, _)| Panel {
             title: crate::provenance::panel_title(inputs, &device),
             modelled: crate::provenance::is_modelled(inputs, &device),
+            scale: Scale::Ratio,
             groups: models.iter().map(|(d, m)| format!("{d}/{m}")).collect(),
             series: inputs
                 .study
@@ -406,6 +410,7 @@ pub fn inference_time(inputs: &Inputs) -> FigureData {
         panels.push(Panel {
             title: crate::provenance::panel_title(inputs, device),
             modelled: crate::provenance::is_modelled(inputs, device),
+            scale: Scale::Log,
             groups,
             series,
         });

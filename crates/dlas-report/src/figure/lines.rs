@@ -1,14 +1,39 @@
 //! Lines of points against a level (or another x), one series per network,
 //! the chosen point of each series ringed (Figure 3; the compiler study's
-//! Figures 5 and 6).
+//! Figures 5 and 6). One legend row above the panels names every series;
+//! a series keeps its colour across panels.
 
+use super::layout::{Entry, Scale, Swatch};
 use super::{COLOURS, DrawResult, LinePanel};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+/// Every series name of `panels`, in order of first appearance: the
+/// legend's entries and the index of each name's colour.
+pub(super) fn names(panels: &[LinePanel]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for s in panels.iter().flat_map(|p| p.series.iter()) {
+        if !names.contains(&s.name) {
+            names.push(s.name.clone());
+        }
+    }
+    names
+}
+
+pub(super) fn legend(names: &[String]) -> Vec<Entry> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| Entry {
+            label: name.clone(),
+            swatch: Swatch::Line(COLOURS[i % COLOURS.len()]),
+        })
+        .collect()
+}
+
 pub(super) fn draw<DB: DrawingBackend>(
     panel: &LinePanel,
-    legend: bool,
+    names: &[String],
     area: &DrawingArea<DB, Shift>,
 ) -> DrawResult<()>
 where
@@ -37,16 +62,24 @@ where
     };
     // Log axes cannot show zero; linear ones get 5% of headroom.
     if panel.log_y && low > 0.0 {
-        let mut chart =
-            builder(area).build_cartesian_2d(x0..x1, (low / 1.3..high * 1.3).log_scale())?;
+        let range = (low / 1.3, high * 1.3);
+        let (_, height) = area.dim_in_pixel();
+        let ticks = Scale::Log.ticks(range, f64::from(height.saturating_sub(90).max(60)), 24.0);
+        let mut chart = builder(area).build_cartesian_2d(
+            x0..x1,
+            (range.0..range.1)
+                .log_scale()
+                .with_key_points(ticks.clone()),
+        )?;
         chart
             .configure_mesh()
             .x_desc(&panel.x_label)
-            .y_desc(&panel.y_label)
-            .y_labels(8)
-            .y_label_formatter(&|y| super::round(*y).to_string())
+            .y_desc(Scale::Log.describe(&panel.y_label))
+            .y_labels(ticks.len())
+            .y_label_formatter(&|y| Scale::Log.label(*y))
+            .bold_line_style(BLACK.mix(0.15))
             .draw()?;
-        draw_series(&mut chart, panel, legend)?;
+        draw_series(&mut chart, panel, names)?;
     } else {
         let pad = ((high - low) * 0.05).max(1e-9);
         let mut chart = builder(area).build_cartesian_2d(x0..x1, (low - pad)..(high + pad))?;
@@ -55,7 +88,7 @@ where
             .x_desc(&panel.x_label)
             .y_desc(&panel.y_label)
             .draw()?;
-        draw_series(&mut chart, panel, legend)?;
+        draw_series(&mut chart, panel, names)?;
     }
     if !panel.note.is_empty() {
         let (width, height) = area.dim_in_pixel();
@@ -76,20 +109,18 @@ where
 fn draw_series<'a, DB, Y>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
     panel: &LinePanel,
-    legend: bool,
+    names: &[String],
 ) -> DrawResult<()>
 where
     DB: DrawingBackend + 'a,
     DB::ErrorType: 'static,
     Y: Ranged<ValueType = f64>,
 {
-    for (si, series) in panel.series.iter().enumerate() {
-        let colour = COLOURS[si % COLOURS.len()];
+    for series in &panel.series {
+        let index = names.iter().position(|n| *n == series.name).unwrap_or(0);
+        let colour = COLOURS[index % COLOURS.len()];
         let points: Vec<(f64, f64)> = series.points.iter().map(|p| (p[0], p[1])).collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))?
-            .label(series.name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], colour.stroke_width(2)));
+        chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))?;
         chart.draw_series(
             points
                 .iter()
@@ -98,15 +129,6 @@ where
         if let Some([x, y]) = series.marked {
             chart.draw_series([Circle::new((x, y), 7, BLACK.stroke_width(2))])?;
         }
-    }
-    if legend && !panel.series.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 11))
-            .draw()?;
     }
     Ok(())
 }

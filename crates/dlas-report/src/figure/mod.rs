@@ -6,6 +6,7 @@
 
 mod bars;
 mod heatmap;
+mod layout;
 mod lines;
 mod matrices;
 mod scatter;
@@ -16,6 +17,8 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 use serde::{Serialize, Serializer};
 use std::sync::Once;
+
+pub use layout::Scale;
 
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 static REGISTER: Once = Once::new();
@@ -43,6 +46,10 @@ pub struct Panel {
     /// The values come from the performance model, not a measurement:
     /// drawn as hollow bars.
     pub modelled: bool,
+    /// How the value axis maps values; logarithmic from its floor unless
+    /// said otherwise.
+    #[serde(skip_serializing_if = "Scale::is_log")]
+    pub scale: Scale,
 }
 
 /// A labelled point of a scatter series.
@@ -159,6 +166,8 @@ pub struct FigureData {
 const PANEL_HEIGHT: u32 = 420;
 const LINE_PANEL: (u32, u32) = (620, 360);
 const TITLE_HEIGHT: u32 = 40;
+/// A further line of a wrapped title.
+const TITLE_LINE: u32 = 24;
 const FOOTER_LINE: u32 = 17;
 /// Footer characters per pixel of width: DejaVu Sans at 13 px averages
 /// about 7 px a character.
@@ -224,15 +233,14 @@ impl FigureData {
         match &self.body {
             Body::Bars(panels) => {
                 let groups = panels.iter().map(|p| p.groups.len()).max().unwrap_or(1);
-                (
-                    (220 + 22 * groups as u32).max(900),
-                    PANEL_HEIGHT * panels.len().max(1) as u32,
-                )
+                let width = (220 + 22 * groups as u32).max(900);
+                let height = panels.iter().map(|p| bars::panel_height(p, width)).sum();
+                (width, height)
             }
             Body::Scatter(panels) => (900, PANEL_HEIGHT * panels.len().max(1) as u32),
             Body::Heatmap(h) => (
                 (420 + 110 * h.columns.len() as u32).max(900),
-                160 + 18 * h.rows.len() as u32,
+                190 + 18 * h.rows.len() as u32,
             ),
             Body::Stack(layers) => (
                 1100,
@@ -245,7 +253,10 @@ impl FigureData {
             }
             Body::Lines { columns, panels } => {
                 let rows = panels.len().div_ceil((*columns).max(1)) as u32;
-                (LINE_PANEL.0 * *columns as u32, LINE_PANEL.1 * rows)
+                let width = LINE_PANEL.0 * *columns as u32;
+                let legend =
+                    layout::legend_height(&lines::legend(&lines::names(panels)), width - 20);
+                (width, LINE_PANEL.1 * rows + legend)
             }
         }
     }
@@ -259,10 +270,27 @@ impl FigureData {
         10 + FOOTER_LINE * self.footer_lines(width).len() as u32
     }
 
+    /// The title's size and lines: shrunk, then wrapped, to fit `width`.
+    fn title_lines(&self, width: u32) -> (f64, Vec<String>) {
+        layout::fit(
+            &format!("Figure {}: {}", self.number, self.title),
+            &[20.0, 18.0, 16.0],
+            width - 20,
+        )
+    }
+
+    fn title_height(&self, width: u32) -> u32 {
+        TITLE_HEIGHT + TITLE_LINE * (self.title_lines(width).1.len() as u32 - 1)
+    }
+
     /// Width and height in pixels.
     pub fn size(&self) -> (u32, u32) {
+        register_font();
         let (width, body) = self.body_size();
-        (width, TITLE_HEIGHT + body + self.footer_height(width))
+        (
+            width,
+            self.title_height(width) + body + self.footer_height(width),
+        )
     }
 
     /// Renders to SVG text.
@@ -295,15 +323,15 @@ impl FigureData {
         root.fill(&WHITE)?;
         let (width, height) = root.dim_in_pixel();
         let (main, footer) = root.split_vertically(height - self.footer_height(width));
-        let main = main.titled(
-            &format!("Figure {}: {}", self.number, self.title),
-            ("sans-serif", 20),
-        )?;
+        layout::draw_centred(&main, &self.title_lines(width), 8, TITLE_LINE as i32)?;
+        let (_, main) = main.split_vertically(self.title_height(width));
         match &self.body {
             Body::Bars(panels) => {
-                let areas = main.split_evenly((panels.len().max(1), 1));
-                for (panel, area) in panels.iter().zip(areas) {
+                let mut rest = main;
+                for panel in panels {
+                    let (area, below) = rest.split_vertically(bars::panel_height(panel, width));
                     bars::draw(panel, &self.y_label, &area)?;
+                    rest = below;
                 }
             }
             Body::Scatter(panels) => {
@@ -325,10 +353,14 @@ impl FigureData {
                 matrices::draw_legend(&main, (rows * h) as i32 + 8)?;
             }
             Body::Lines { columns, panels } => {
+                let names = lines::names(panels);
+                let legend = lines::legend(&names);
+                layout::draw_legend(&main, &legend, (10, 0), width - 20)?;
+                let (_, main) = main.split_vertically(layout::legend_height(&legend, width - 20));
                 let rows = panels.len().div_ceil((*columns).max(1));
                 let areas = main.split_evenly((rows, *columns));
-                for (i, (panel, area)) in panels.iter().zip(areas).enumerate() {
-                    lines::draw(panel, i == 0, &area)?;
+                for (panel, area) in panels.iter().zip(areas) {
+                    lines::draw(panel, &names, &area)?;
                 }
             }
         }
@@ -408,6 +440,7 @@ mod tests {
                         values: vec![Some(10.0), Some(0.5)],
                     },
                 ],
+                scale: Scale::Log,
             }]),
             footer: "Source: test".into(),
         }

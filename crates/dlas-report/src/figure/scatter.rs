@@ -1,5 +1,7 @@
-//! Labelled points on logarithmic axes, optionally with y = x (Figure 7).
+//! Labelled points on logarithmic axes, optionally with y = x (Figure 7;
+//! Figure 9). The legend sits in a row above the plot.
 
+use super::layout::{self, Entry, Scale, Swatch};
 use super::{COLOURS, DrawResult, ScatterPanel};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -21,56 +23,74 @@ where
     } else {
         (0.1, 10.0)
     };
-    let mut chart = ChartBuilder::on(area)
-        .caption(&panel.title, ("sans-serif", 16))
+    let (width, _) = area.dim_in_pixel();
+    let caption = layout::fit(&panel.title, &[16.0, 14.0, 12.0], width - 16);
+    layout::draw_centred(area, &caption, 8, caption.0 as i32 + 4)?;
+    let caption_height = 8 + (caption.0 as i32 + 4) * caption.1.len() as i32;
+    let band_style = BLACK.mix(0.3);
+    let mut entries = Vec::new();
+    if let Some(label) = &panel.diagonal {
+        entries.push(Entry {
+            label: label.clone(),
+            swatch: Swatch::Rule(BLACK.mix(0.5)),
+        });
+        if let Some(band) = panel.band {
+            entries.push(Entry {
+                label: format!("±{:.0}%", band * 100.0),
+                swatch: Swatch::Rule(band_style),
+            });
+        }
+    }
+    for (si, series) in panel.series.iter().enumerate() {
+        entries.push(Entry {
+            label: series.name.clone(),
+            swatch: Swatch::Dot(COLOURS[si % COLOURS.len()]),
+        });
+    }
+    layout::draw_legend(area, &entries, (78, caption_height), width - 94)?;
+    let legend_height = layout::legend_height(&entries, width - 94) as i32;
+    let (_, plot) = area.split_vertically(caption_height + legend_height + 4);
+    // Ticks on both sides of 1 where the points are, as many as fit.
+    let (plot_width, plot_height) = plot.dim_in_pixel();
+    let x_ticks = Scale::Log.ticks((low, high), f64::from(plot_width - 86), 48.0);
+    let y_ticks = Scale::Log.ticks((low, high), f64::from(plot_height - 66), 24.0);
+    let mut chart = ChartBuilder::on(&plot)
         .margin(8)
         .x_label_area_size(50)
         .y_label_area_size(70)
-        .build_cartesian_2d((low..high).log_scale(), (low..high).log_scale())?;
+        .build_cartesian_2d(
+            (low..high).log_scale().with_key_points(x_ticks.clone()),
+            (low..high).log_scale().with_key_points(y_ticks.clone()),
+        )?;
     chart
         .configure_mesh()
-        .x_desc(&panel.x_label)
-        .y_desc(y_label)
-        .x_label_formatter(&|x| format!("{x:.2}"))
-        .y_label_formatter(&|y| format!("{y:.2}"))
+        .x_labels(x_ticks.len())
+        .y_labels(y_ticks.len())
+        .x_desc(Scale::Log.describe(&panel.x_label))
+        .y_desc(Scale::Log.describe(y_label))
+        .x_label_formatter(&|x| Scale::Log.label(*x))
+        .y_label_formatter(&|y| Scale::Log.label(*y))
+        .bold_line_style(BLACK.mix(0.15))
         .draw()?;
-    if let Some(label) = &panel.diagonal {
-        chart
-            .draw_series(LineSeries::new([(low, low), (high, high)], BLACK.mix(0.5)))?
-            .label(label.as_str())
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.mix(0.5)));
+    if panel.diagonal.is_some() {
+        chart.draw_series(LineSeries::new([(low, low), (high, high)], BLACK.mix(0.5)))?;
         if let Some(band) = panel.band {
-            let style = BLACK.mix(0.3);
             for factor in [1.0 + band, 1.0 - band] {
-                let line = chart.draw_series(LineSeries::new(
+                chart.draw_series(LineSeries::new(
                     [(low, low * factor), (high, high * factor)],
-                    style,
+                    band_style,
                 ))?;
-                if factor > 1.0 {
-                    line.label(format!("±{:.0}%", band * 100.0))
-                        .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], style));
-                }
             }
         }
     }
     for (si, series) in panel.series.iter().enumerate() {
         let colour = COLOURS[si % COLOURS.len()];
-        chart
-            .draw_series(
-                series
-                    .points
-                    .iter()
-                    .map(|p| Circle::new((p.x, p.y), 4, colour.filled())),
-            )?
-            .label(series.name.clone())
-            .legend(move |(x, y)| Circle::new((x + 5, y), 4, colour.filled()));
+        chart.draw_series(
+            series
+                .points
+                .iter()
+                .map(|p| Circle::new((p.x, p.y), 4, colour.filled())),
+        )?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 12))
-        .draw()?;
     Ok(())
 }

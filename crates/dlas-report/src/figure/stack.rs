@@ -47,6 +47,16 @@ where
     let right = width as i32 - 20;
     let mut top = 20i32;
     let name_font = ("sans-serif", 16).into_font().color(&BLACK);
+    // The values start past the longest layer name, with a gap.
+    let names: Vec<String> = layers
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| format!("{}  {}", i + 1, layer.name))
+        .collect();
+    let label_width = names
+        .iter()
+        .map(|n| 32 + super::layout::text_width(n, 16.0) as i32 + 16)
+        .fold(LABEL_WIDTH, i32::max);
     let value_font = ("sans-serif", 13).into_font().color(&BLACK);
     for (i, layer) in layers.iter().enumerate() {
         let height = band_height(layer) as i32;
@@ -59,14 +69,14 @@ where
             BLACK.stroke_width(1),
         ))?;
         area.draw(&Text::new(
-            format!("{}  {}", i + 1, layer.name),
+            names[i].clone(),
             (32, top + 10),
             name_font.clone(),
         ))?;
         for (l, line) in lines(layer).iter().enumerate() {
             area.draw(&Text::new(
                 line.clone(),
-                (LABEL_WIDTH, top + 12 + (l as u32 * LINE) as i32),
+                (label_width, top + 12 + (l as u32 * LINE) as i32),
                 value_font.clone(),
             ))?;
         }

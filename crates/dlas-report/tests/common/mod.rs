@@ -32,10 +32,25 @@ fn accuracy(root: &Path) -> Vec<RecordedAccuracy> {
 
 /// Calls `f` with the inputs of the mocked devices' results.
 pub fn with_inputs(f: impl FnOnce(&Inputs)) {
+    with_results(&["data/results/dlas/mock.csv"], f)
+}
+
+/// Calls `f` with the inputs of the committed results files `paths` (the
+/// mocked devices' first, as `reproduce` reads them).
+pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let root = root();
     let study = Study::load("dlas", &root.join("data/studies")).unwrap();
     let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
-    let rows = results::read_results(&root.join("data/results/dlas/mock.csv")).unwrap();
+    let mut rows = Vec::new();
+    let mut result_files = Vec::new();
+    for path in paths {
+        let start = rows.len();
+        rows.extend(results::read_results(&root.join(path)).unwrap());
+        result_files.push(ResultsFile {
+            path: path.to_string(),
+            rows: start..rows.len(),
+        });
+    }
     let sweeps = Sweeps::read(&root.join(sweep_path("dlas"))).unwrap();
     let layer = LayerSlice::read(&root.join(layer_path("dlas"))).unwrap();
     let accuracy = accuracy(&root);
@@ -51,10 +66,7 @@ pub fn with_inputs(f: impl FnOnce(&Inputs)) {
         plan: &plan,
         results: &rows,
         specs: &specs,
-        result_files: vec![ResultsFile {
-            path: "data/results/dlas/mock.csv".into(),
-            rows: 0..rows.len(),
-        }],
+        result_files,
         hosts: vec![],
         sweeps: &sweeps,
         layer: Some(&layer),
