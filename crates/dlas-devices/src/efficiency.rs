@@ -254,10 +254,13 @@ fn fit_curve(points: &[([f64; K], f64)]) -> Curve {
     }
 }
 
-/// The class of the engine's kernel for a convolution: fp32 depthwise
-/// layers run the stencil (dense) or direct CSR (sparse) whatever the
-/// algorithm; fp16 and int8 depthwise layers run the GEMM path's own
-/// depthwise kernel; every other layer runs the configured algorithm.
+/// The class of the engine's kernel for a convolution: depthwise layers
+/// have one class per precision whatever the algorithm (fp32 runs the
+/// stencil, int8 its depthwise kernel; fp16 runs the GEMM path's depthwise
+/// kernel under GEMM and the stencil with f16 weights otherwise, both
+/// described by the curve timed on the first), sparse fp32 depthwise layers
+/// run direct CSR; every other layer runs the configured algorithm, in
+/// every precision.
 pub fn class_of(
     algorithm: KernelFamily,
     depthwise: bool,

@@ -2,17 +2,11 @@
 //! they follow from the equations, so a violation is a bug in the model.
 
 use dlas_core::{Algorithm, Combination, Compression, Format, Layout};
-use dlas_devices::{DeviceKind, DeviceSpec, MockDevice, Workload, load_specs};
+use dlas_devices::{DeviceSpec, MockDevice, Workload, load_specs};
 use std::path::Path;
 
 fn specs() -> Vec<DeviceSpec> {
     load_specs(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/devices")).unwrap()
-}
-
-/// The engine runs fp16 and int8 only with GEMM, so the calibration has no
-/// curve for them with direct or spatial pack and a CPU cannot predict them.
-fn kernel_exists(compression: Compression, algorithm: Algorithm) -> bool {
-    !matches!(compression, Compression::Fp16 | Compression::Int8) || algorithm == Algorithm::Gemm
 }
 
 /// Every (network of the zoo, compression, algorithm, format), untuned,
@@ -23,9 +17,6 @@ fn combinations(spec: &DeviceSpec) -> Vec<Combination> {
     for net in dlas_zoo::all() {
         for compression in Compression::ALL {
             for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
-                if spec.kind == DeviceKind::Cpu && !kernel_exists(*compression, algorithm) {
-                    continue;
-                }
                 let format = if compression.is_pruning() {
                     Format::Csr
                 } else {
@@ -77,6 +68,7 @@ fn a_cpu_refuses_kernels_the_engine_does_not_have() {
     let c = Combination {
         compression: Compression::Fp16,
         algorithm: Algorithm::Direct,
+        format: Format::Csr,
         ..Combination::host(dlas_core::Dataset::Cifar10, "resnet18", "native")
     };
     let graph = (dlas_zoo::find(c.dataset, &c.model).unwrap().build)();
@@ -84,7 +76,7 @@ fn a_cpu_refuses_kernels_the_engine_does_not_have() {
         .predict(&c, &Workload::new(&graph, &c, None))
         .unwrap_err();
     assert!(
-        err.0.contains("no curve for kernel class direct dense f16"),
+        err.0.contains("no curve for kernel class direct csr f16"),
         "{err}"
     );
 }

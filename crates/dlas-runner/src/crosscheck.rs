@@ -1,37 +1,102 @@
-//! Cross-check: every runtime, and every algorithm of the native engine,
-//! gives the same logits on the same seeded input and the same ONNX file.
-//! ONNX Runtime without graph optimizations is the reference.
+//! Cross-check: every compiler a study runs on the host (each runtime, and
+//! each algorithm of the native engine) gives the same logits on the same
+//! seeded input and the same ONNX file. ONNX Runtime without graph
+//! optimizations is the reference where the study lists it.
 
 use crate::models::{self, Models};
 use anyhow::Result;
 use dlas_backends::{SessionConfig, ort_runtime, relative_l2};
-use dlas_core::{Algorithm, Combination, Dataset, Study};
+use dlas_core::{Algorithm, Combination, Compression, Dataset, Study};
 use std::path::Path;
 
-/// Agreement of one runtime with the reference on one network.
+/// What one compiler gave on one network, against the reference.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agreement {
     pub dataset: Dataset,
     pub model: String,
+    /// The compiler, and for the native engine its algorithm (`native gemm`).
     pub compiler: String,
-    pub relative_l2: f64,
+    /// The relative L2 error against the reference, or why there is none
+    /// (this compiler or the reference failed to load or run).
+    pub relative_l2: Result<f64, String>,
+}
+
+impl Agreement {
+    /// Whether it ran and agrees within [`TOLERANCE`].
+    pub fn agrees(&self) -> bool {
+        self.relative_l2.as_ref().is_ok_and(|e| *e < TOLERANCE)
+    }
 }
 
 /// The largest relative L2 error accepted between fp32 runtimes.
 pub const TOLERANCE: f64 = 1e-4;
 
-/// Runs every runtime on each network and compares with `ort-noopt`.
+/// The runtime every other is compared with, when the study lists it.
+pub const REFERENCE: &str = "ort-noopt";
+
+/// A compiler as the cross-check runs it: a runtime, or the native
+/// engine with one algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Runner {
+    pub compiler: String,
+    pub algorithm: Algorithm,
+}
+
+impl Runner {
+    fn name(&self) -> String {
+        if self.compiler == dlas_core::NATIVE {
+            format!("{} {}", self.compiler, self.algorithm)
+        } else {
+            self.compiler.clone()
+        }
+    }
+}
+
+/// The dense fp32 host runners of each network that `combinations` (a
+/// study's plan, filtered) lists, networks in plan order: only what the
+/// study runs on the host is compared.
+pub fn runners_of(combinations: &[Combination]) -> Vec<((Dataset, String), Vec<Runner>)> {
+    let mut out: Vec<((Dataset, String), Vec<Runner>)> = Vec::new();
+    for c in combinations {
+        if c.device != "host" || c.compression != Compression::Dense || c.tuned {
+            continue;
+        }
+        let key = (c.dataset, c.model.clone());
+        let runner = Runner {
+            compiler: c.compiler.clone(),
+            algorithm: c.algorithm,
+        };
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, runners)) if !runners.contains(&runner) => runners.push(runner),
+            Some(_) => {}
+            None => out.push((key, vec![runner])),
+        }
+    }
+    out
+}
+
+/// Runs every runner of each network on one seeded input and compares it
+/// with the reference: [`REFERENCE`] when the network lists it, otherwise
+/// its first runner. A runner that fails is reported with its reason and
+/// the others go on; so is every runner of a network whose reference fails.
 pub fn crosscheck(
     project_root: &Path,
     study: &Study,
-    networks: &[(Dataset, String)],
+    networks: &[((Dataset, String), Vec<Runner>)],
     seed: u64,
 ) -> Result<Vec<Agreement>> {
-    ort_runtime::init(&ort_runtime::library_path(project_root))?;
+    let needs_ort = networks
+        .iter()
+        .any(|(_, runners)| runners.iter().any(|r| r.compiler.starts_with("ort-")));
+    let ort = if needs_ort {
+        ort_runtime::init(&ort_runtime::library_path(project_root)).map_err(|e| format!("{e:#}"))
+    } else {
+        Ok(())
+    };
     let mut models = Models::new(project_root)?;
     let mut out = Vec::new();
-    for (dataset, model) in networks {
-        let c = Combination::host(*dataset, model, "ort-noopt");
+    for ((dataset, model), runners) in networks {
+        let c = Combination::host(*dataset, model, REFERENCE);
         let path = models.path(study, &c)?;
         let [ch, h, w] = dataset.input_chw();
         let config = SessionConfig {
@@ -40,28 +105,43 @@ pub fn crosscheck(
             half_io: false,
         };
         let input = models::input(&c, seed);
-        let reference = dlas_backends::load("ort-noopt", &path, &config)?.run(&input)?;
-        for compiler in ["ort-opt", "tract-plain", "tract-opt"] {
-            let output = dlas_backends::load(compiler, &path, &config)?.run(&input)?;
-            out.push(Agreement {
-                dataset: *dataset,
-                model: model.clone(),
-                compiler: compiler.into(),
-                relative_l2: relative_l2(&output, &reference),
-            });
-        }
-        for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
-            let native = Combination {
-                compiler: dlas_core::NATIVE.into(),
-                algorithm,
-                ..c.clone()
+        let run = |r: &Runner| -> Result<Vec<f32>, String> {
+            if let (true, Err(e)) = (r.compiler.starts_with("ort-"), &ort) {
+                return Err(e.clone());
+            }
+            let session = if r.compiler == dlas_core::NATIVE {
+                let native = Combination {
+                    compiler: r.compiler.clone(),
+                    algorithm: r.algorithm,
+                    ..c.clone()
+                };
+                crate::native::load(&path, &native, 2, None)
+            } else {
+                dlas_backends::load(&r.compiler, &path, &config)
             };
-            let output = crate::native::load(&path, &native, 2, None)?.run(&input)?;
+            session
+                .and_then(|mut s| s.run(&input))
+                .map_err(|e| format!("{e:#}").replace('\n', " "))
+        };
+        let reference = runners
+            .iter()
+            .find(|r| r.compiler == REFERENCE)
+            .or(runners.first());
+        let Some(reference) = reference else {
+            continue;
+        };
+        let expected =
+            run(reference).map_err(|e| format!("reference {} failed: {e}", reference.name()));
+        for runner in runners.iter().filter(|r| *r != reference) {
+            let relative_l2 = match &expected {
+                Err(e) => Err(e.clone()),
+                Ok(expected) => run(runner).map(|output| relative_l2(&output, expected)),
+            };
             out.push(Agreement {
                 dataset: *dataset,
                 model: model.clone(),
-                compiler: format!("native {algorithm}"),
-                relative_l2: relative_l2(&output, &reference),
+                compiler: runner.name(),
+                relative_l2,
             });
         }
     }

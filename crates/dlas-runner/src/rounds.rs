@@ -406,8 +406,7 @@ mod tests {
                 |_| {},
             )
             .unwrap();
-            let log = log.lock().unwrap().clone();
-            log
+            log.lock().unwrap().clone()
         };
         assert_eq!(order(1), order(1));
         assert_ne!(order(1), order(2));

@@ -146,7 +146,9 @@ pub fn run_host(
     let progress = Progress::new(todo.len());
     progress.skip(todo.len() - runnable.len());
     let mut source = None;
-    for chunk in networks(&runnable, config.interleave) {
+    let mut chunks: std::collections::VecDeque<Vec<&Combination>> =
+        networks(&runnable, config.interleave).into();
+    while let Some(chunk) = chunks.pop_front() {
         let source = match &source {
             Some(s) => s,
             None => {
@@ -158,7 +160,13 @@ pub fn run_host(
         progress.message(&format!("{label}: loading {}", chunk.len()));
         let mut slots = Vec::new();
         let mut measured = Vec::new();
-        for &c in &chunk {
+        for (i, &c) in chunk.iter().enumerate() {
+            // Loaded models stay in memory while the chunk is measured: when
+            // memory runs low, the rest of the chunk waits for the next one.
+            if !slots.is_empty() && memory_low() {
+                chunks.push_front(chunk[i..].to_vec());
+                break;
+            }
             match load(study, c, config, &mut models, &tuned) {
                 Loaded::Session(session) => {
                     measured.push((c, session.provider()));
@@ -228,6 +236,27 @@ fn networks<'a>(combinations: &[&'a Combination], interleave: usize) -> Vec<Vec<
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// Whether less than a quarter of the machine's memory is available
+/// (`/proc/meminfo`; never where it cannot be read): loading one more
+/// model could make the kernel kill the run.
+fn memory_low() -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return false;
+    };
+    let kib = |name: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.starts_with(name))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    match (kib("MemAvailable:"), kib("MemTotal:")) {
+        (Some(available), Some(total)) => available < total / 4,
+        _ => false,
+    }
 }
 
 /// The round-order seed of a chunk, from its first combination's id, so

@@ -161,8 +161,10 @@ struct Setup {
 }
 
 /// Every class the study's native combinations run: the three algorithms
-/// dense and CSR, untuned and tuned, in fp32; GEMM in fp16 and int8; the
-/// depthwise stencil in each precision; direct CSR on depthwise layers.
+/// dense and CSR, untuned and tuned, in fp32; the three algorithms dense in
+/// fp16 and int8 (untuned: tuned fp16 borrows the untuned curve, int8 has
+/// no schedule); the depthwise kernels in each precision; direct CSR on
+/// depthwise layers.
 fn setups() -> Vec<Setup> {
     let mut out = Vec::new();
     for tuned in [false, true] {
@@ -190,13 +192,19 @@ fn setups() -> Vec<Setup> {
         });
     }
     for precision in [Precision::F16, Precision::I8] {
-        out.push(Setup {
-            family: KernelFamily::Gemm,
-            sparse: false,
-            precision,
-            tuned: false,
-            depthwise: false,
-        });
+        for family in [
+            KernelFamily::Direct,
+            KernelFamily::Gemm,
+            KernelFamily::SpatialPack,
+        ] {
+            out.push(Setup {
+                family,
+                sparse: false,
+                precision,
+                tuned: false,
+                depthwise: false,
+            });
+        }
     }
     for precision in [Precision::F32, Precision::F16, Precision::I8] {
         out.push(Setup {
@@ -309,13 +317,12 @@ pub fn median_cold_us(flush: &Flush, mut run: impl FnMut() -> Result<()>) -> Res
 }
 
 fn config(setup: &Setup, threads: usize) -> EngineConfig {
-    // fp32 depthwise layers run the stencil under every algorithm. fp16 and
-    // int8 now have direct and spatial-pack kernels too, but the device
-    // model's fp16 and int8 classes were fitted to the GEMM path (see
-    // `dlas_devices::efficiency::class_of`), so their depthwise layers are
-    // still measured there: the fp16 GEMM runs depthwise layers itself (under
-    // direct and spatial pack they run the stencil with f16 weights), and
-    // int8 runs its depthwise kernel under every algorithm.
+    // fp32 depthwise layers run the stencil under every algorithm; int8
+    // depthwise layers run the int8 depthwise kernel under every algorithm;
+    // fp16 depthwise layers run the GEMM path's own kernel under GEMM and the
+    // stencil with f16 weights under direct and spatial pack. The model has
+    // one depthwise class per precision (`dlas_devices::efficiency::class_of`),
+    // timed here on the GEMM path for fp16 and int8.
     let algorithm = match setup.family {
         KernelFamily::Depthwise if setup.precision != Precision::F32 => KernelAlgorithm::Gemm,
         KernelFamily::Direct | KernelFamily::Depthwise => KernelAlgorithm::Direct,
