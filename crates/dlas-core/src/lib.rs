@@ -11,6 +11,7 @@ pub mod calibration;
 pub mod environment;
 pub mod filter;
 pub mod plan;
+pub mod protocol;
 pub mod results;
 pub mod stats;
 pub mod study;
