@@ -2,47 +2,14 @@
 //! number of its tables, every series of its figures and its findings'
 //! verdicts as insta snapshots, and the files each selection writes.
 
-use dlas_core::{Plan, Study, results};
+mod common;
+
 use dlas_report::compilers::{self, CLAIMS, FIGURES, PAGE, TABLES};
-use dlas_report::compression::Sweeps;
-use dlas_report::{Inputs, ResultsFile, Selection};
-use std::path::Path;
+use dlas_report::{Inputs, Selection};
 
 /// Calls `f` with the compiler study's inputs, as `reproduce --study compilers` passes them.
 fn with_inputs(f: impl FnOnce(&Inputs)) {
-    with_results(&["data/results/compilers/mock.csv"], f)
-}
-
-/// Calls `f` with the compiler study's inputs from the committed results files `paths`.
-fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let study = Study::load("compilers", &root.join("data/studies")).unwrap();
-    let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
-    let mut rows = Vec::new();
-    let mut result_files = Vec::new();
-    for path in paths {
-        let start = rows.len();
-        rows.extend(results::read_results(&root.join(path)).unwrap());
-        result_files.push(ResultsFile {
-            path: path.to_string(),
-            rows: start..rows.len(),
-        });
-    }
-    let sweeps = Sweeps::default();
-    let plan = Plan::expand(&study);
-    let inputs = Inputs {
-        study: &study,
-        plan: &plan,
-        results: &rows,
-        specs: &specs,
-        result_files,
-        hosts: vec![],
-        sweeps: &sweeps,
-        layer: None,
-        accuracy: &[],
-        validation: None,
-    };
-    f(&inputs);
+    common::with_compiler_results(&["data/results/compilers/mock.csv"], f)
 }
 
 #[test]
@@ -89,7 +56,7 @@ fn findings_on_the_mocked_devices() {
 /// verdicts and evidence numbers, rounded as the report prints them.
 #[test]
 fn findings_on_the_recorded_host() {
-    with_results(&["data/results/compilers/host.csv"], |inputs| {
+    common::with_compiler_results(&["data/results/compilers/host.csv"], |inputs| {
         let checked = compilers::CATALOGUE.check(inputs);
         explained(&checked[0].outcomes);
         insta::assert_yaml_snapshot!("compilers_findings_host", checked[0].outcomes);
@@ -156,7 +123,7 @@ fn each_selection_writes_its_files_under_the_study_folders() {
 /// compiled configuration with block rows gets a panel marked measured.
 #[test]
 fn figure_6_shows_the_host_block_rows_finding_c3_reads() {
-    with_results(
+    common::with_compiler_results(
         &[
             "data/results/compilers/mock.csv",
             "data/results/compilers/host.csv",

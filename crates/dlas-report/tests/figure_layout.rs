@@ -11,9 +11,7 @@
 mod common;
 
 use ab_glyph::{Font, FontRef, ScaleFont};
-use dlas_core::{Plan, Study, results};
-use dlas_report::compression::Sweeps;
-use dlas_report::{FigureData, Inputs, ResultsFile, compilers, dlas};
+use dlas_report::{FigureData, Inputs, compilers, dlas};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
@@ -178,38 +176,6 @@ fn layout_problems(svg: &str) -> Vec<String> {
     problems
 }
 
-/// The compiler study's inputs from the committed results files `paths`.
-fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
-    let root = common::root();
-    let study = Study::load("compilers", &root.join("data/studies")).unwrap();
-    let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
-    let mut rows = Vec::new();
-    let mut result_files = Vec::new();
-    for path in paths {
-        let start = rows.len();
-        rows.extend(results::read_results(&root.join(path)).unwrap());
-        result_files.push(ResultsFile {
-            path: path.to_string(),
-            rows: start..rows.len(),
-        });
-    }
-    let sweeps = Sweeps::default();
-    let plan = Plan::expand(&study);
-    let inputs = Inputs {
-        study: &study,
-        plan: &plan,
-        results: &rows,
-        specs: &specs,
-        result_files,
-        hosts: vec![],
-        sweeps: &sweeps,
-        layer: None,
-        accuracy: &[],
-        validation: None,
-    };
-    f(&inputs);
-}
-
 /// The layout problems of `figures`, each named by `study` and inputs.
 fn check_all(study: &str, inputs_name: &str, figures: Vec<FigureData>) -> Vec<String> {
     figures
@@ -252,7 +218,7 @@ fn no_text_leaves_the_canvas_or_overlaps_another() {
             ][..],
         ),
     ] {
-        with_compiler_results(paths, |inputs| {
+        common::with_compiler_results(paths, |inputs| {
             let figures = compilers::FIGURES
                 .iter()
                 .map(|&n| compilers::figure(n, inputs).unwrap())

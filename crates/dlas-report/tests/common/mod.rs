@@ -2,6 +2,9 @@
 //! mocked results, the compression facts, the recorded accuracies and the
 //! device model's validation rows (all measured on the calibrated machine).
 
+// Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
+
 use dlas_core::{Plan, Study, results};
 use dlas_report::compression::{LayerSlice, RecordedAccuracy, Sweeps, layer_path, sweep_path};
 use dlas_report::validation::Validation;
@@ -72,6 +75,38 @@ pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         layer: Some(&layer),
         accuracy: &accuracy,
         validation: Some(&validation),
+    };
+    f(&inputs);
+}
+
+/// Calls `f` with the compiler study's inputs from the committed results files `paths`.
+pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
+    let root = root();
+    let study = Study::load("compilers", &root.join("data/studies")).unwrap();
+    let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
+    let mut rows = Vec::new();
+    let mut result_files = Vec::new();
+    for path in paths {
+        let start = rows.len();
+        rows.extend(results::read_results(&root.join(path)).unwrap());
+        result_files.push(ResultsFile {
+            path: path.to_string(),
+            rows: start..rows.len(),
+        });
+    }
+    let sweeps = Sweeps::default();
+    let plan = Plan::expand(&study);
+    let inputs = Inputs {
+        study: &study,
+        plan: &plan,
+        results: &rows,
+        specs: &specs,
+        result_files,
+        hosts: vec![],
+        sweeps: &sweeps,
+        layer: None,
+        accuracy: &[],
+        validation: None,
     };
     f(&inputs);
 }
