@@ -38,12 +38,9 @@ pub fn with_inputs(f: impl FnOnce(&Inputs)) {
     with_results(&["data/results/dlas/mock.csv"], f)
 }
 
-/// Calls `f` with the inputs of the committed results files `paths` (the
-/// mocked devices' first, as `reproduce` reads them).
-pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
-    let root = root();
-    let study = Study::load("dlas", &root.join("data/studies")).unwrap();
-    let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
+/// The rows of the results files `paths` (relative to `root`), one after
+/// the other, and which rows came from which file.
+fn read_files(root: &Path, paths: &[&str]) -> (Vec<results::ResultRow>, Vec<ResultsFile>) {
     let mut rows = Vec::new();
     let mut result_files = Vec::new();
     for path in paths {
@@ -54,6 +51,16 @@ pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
             rows: start..rows.len(),
         });
     }
+    (rows, result_files)
+}
+
+/// Calls `f` with the inputs of the committed results files `paths` (the
+/// mocked devices' first, as `reproduce` reads them).
+pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
+    let root = root();
+    let study = Study::load("dlas", &root.join("data/studies")).unwrap();
+    let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
+    let (rows, result_files) = read_files(&root, paths);
     let sweeps = Sweeps::read(&root.join(sweep_path("dlas"))).unwrap();
     let layer = LayerSlice::read(&root.join(layer_path("dlas"))).unwrap();
     let accuracy = accuracy(&root);
@@ -84,16 +91,7 @@ pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let root = root();
     let study = Study::load("compilers", &root.join("data/studies")).unwrap();
     let specs = dlas_devices::load_specs(&root.join("data/devices")).unwrap();
-    let mut rows = Vec::new();
-    let mut result_files = Vec::new();
-    for path in paths {
-        let start = rows.len();
-        rows.extend(results::read_results(&root.join(path)).unwrap());
-        result_files.push(ResultsFile {
-            path: path.to_string(),
-            rows: start..rows.len(),
-        });
-    }
+    let (rows, result_files) = read_files(&root, paths);
     let sweeps = Sweeps::default();
     let plan = Plan::expand(&study);
     let inputs = Inputs {
