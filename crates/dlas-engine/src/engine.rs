@@ -10,6 +10,7 @@ use crate::conv::{Conv2d, Int8Scales};
 use crate::fusion::{self, FusedConv, Plan, Step};
 use crate::lowering::LayerKey;
 use crate::ops;
+use crate::tokens;
 use crate::tuning::ScheduleTable;
 use dlas_core::Layout;
 use dlas_zoo::quant::{ActivationQuant, QuantParams};
@@ -85,8 +86,9 @@ pub struct Engine {
 /// fresh pages per layer (on MobileNetV2 at 224x224 that was about a tenth
 /// of the run). Buffers keep their full length (a value is its first `len`
 /// entries, `Stored::F32`), so reuse never zeroes them again. A buffer's
-/// contents are whatever its last user left: only convolutions and the
-/// input copy take from the arena, and each writes every value it stores.
+/// contents are whatever its last user left: only convolutions, the
+/// transformer steps (`Engine::write`) and the input copy take from the
+/// arena, and each writes every value it stores.
 #[derive(Default)]
 struct Arena(std::sync::Mutex<Vec<Vec<f32>>>);
 
@@ -235,6 +237,15 @@ impl Engine {
         Ok(self.pool.install(|| self.run_in_pool(input, batch)))
     }
 
+    /// The value of node `node` for a batch, from an arena buffer that
+    /// `f` must write in full.
+    fn write(&self, node: NodeId, batch: usize, f: impl FnOnce(&mut [f32])) -> (Vec<f32>, usize) {
+        let len = batch * self.shapes[node].iter().product::<usize>();
+        let mut y = self.arena.take(len);
+        f(&mut y[..len]);
+        (y, len)
+    }
+
     fn run_in_pool(&self, input: &[f32], batch: usize) -> Vec<f32> {
         // A value that is a whole buffer.
         let whole = |v: Vec<f32>| {
@@ -364,6 +375,25 @@ impl Engine {
                     layout,
                     Layout::Nchw,
                 )),
+                Step::LayerNorm { input, norm } => self.write(*out, batch, |y| {
+                    norm.run(v(*input), y, shape(*input), layout)
+                }),
+                Step::Gelu { input } => self.write(*out, batch, |y| ops::gelu(v(*input), y)),
+                Step::Attention { input, attention } => {
+                    self.write(*out, batch, |y| attention.run(v(*input), y, layout))
+                }
+                Step::ClassToken { input, token } => self.write(*out, batch, |y| {
+                    tokens::class_token(v(*input), y, shape(*input), token, layout)
+                }),
+                Step::PositionEmbedding { input, embedding } => self.write(*out, batch, |y| {
+                    tokens::position_embedding(v(*input), y, shape(*input), embedding, layout)
+                }),
+                Step::FirstToken { input } => self.write(*out, batch, |y| {
+                    tokens::first_token(v(*input), y, shape(*input), layout)
+                }),
+                Step::SpaceToDepth { input } => self.write(*out, batch, |y| {
+                    tokens::space_to_depth(v(*input), y, shape(*input), layout)
+                }),
             };
             drop(decoded);
             for &i in &inputs {

@@ -1,14 +1,16 @@
 //! Graph fusion, the first pass of compiling: a graph and its weights in,
 //! a plan of fused steps out, with no kernel chosen and nothing packed.
 //!
-//! Every batch norm that directly follows a convolution is folded into its
-//! weights and bias, and a following residual Add and activation become
+//! Every batch norm (or layer scale) that directly follows a convolution is
+//! folded into its weights and bias, and a following residual Add and activation become
 //! the convolution's epilogue; an activation after a lone batch norm or Add
 //! is fused into it. A fused intermediate node has exactly one consumer
 //! (the next node of its chain), so nothing else can observe that its value
 //! was never stored.
 
+use crate::attention::WindowAttention;
 use crate::epilogue::Activation;
+use crate::norm::LayerNorm;
 use crate::workload::{Workload, workload_of};
 use dlas_zoo::weights::{Params, Weights};
 use dlas_zoo::{Graph, NodeId, Op, Pool};
@@ -75,6 +77,31 @@ pub(crate) enum Step<C> {
     Flatten {
         input: NodeId,
     },
+    LayerNorm {
+        input: NodeId,
+        norm: LayerNorm,
+    },
+    Gelu {
+        input: NodeId,
+    },
+    Attention {
+        input: NodeId,
+        attention: WindowAttention,
+    },
+    ClassToken {
+        input: NodeId,
+        token: Vec<f32>,
+    },
+    PositionEmbedding {
+        input: NodeId,
+        embedding: Vec<f32>,
+    },
+    FirstToken {
+        input: NodeId,
+    },
+    SpaceToDepth {
+        input: NodeId,
+    },
 }
 
 /// (node whose value a step produces, the step), in execution order.
@@ -93,7 +120,14 @@ impl<C> Step<C> {
             | Step::Unary { input, .. }
             | Step::Pool { input, .. }
             | Step::GlobalAvgPool { input }
-            | Step::Flatten { input } => vec![*input],
+            | Step::Flatten { input }
+            | Step::LayerNorm { input, .. }
+            | Step::Gelu { input }
+            | Step::Attention { input, .. }
+            | Step::ClassToken { input, .. }
+            | Step::PositionEmbedding { input, .. }
+            | Step::FirstToken { input }
+            | Step::SpaceToDepth { input } => vec![*input],
         }
     }
 
@@ -127,6 +161,15 @@ impl<C> Step<C> {
             Step::GlobalAvgPool { input } => Step::GlobalAvgPool { input },
             Step::Concat { inputs } => Step::Concat { inputs },
             Step::Flatten { input } => Step::Flatten { input },
+            Step::LayerNorm { input, norm } => Step::LayerNorm { input, norm },
+            Step::Gelu { input } => Step::Gelu { input },
+            Step::Attention { input, attention } => Step::Attention { input, attention },
+            Step::ClassToken { input, token } => Step::ClassToken { input, token },
+            Step::PositionEmbedding { input, embedding } => {
+                Step::PositionEmbedding { input, embedding }
+            }
+            Step::FirstToken { input } => Step::FirstToken { input },
+            Step::SpaceToDepth { input } => Step::SpaceToDepth { input },
         })
     }
 }
@@ -164,6 +207,26 @@ fn bn_affine(p: Option<&Params>) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
         .map(|((&b, &m), s)| b as f64 - m as f64 * s)
         .collect();
     Ok((scale, shift))
+}
+
+/// A layer scale as a per-channel (scale, shift): ConvNeXt's follows a
+/// 1x1 convolution, which folds it as it folds a batch norm.
+fn layer_scale(p: Option<&Params>) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let Some(Params::Tensor(gamma)) = p else {
+        anyhow::bail!("layer scale without its parameters");
+    };
+    Ok((
+        gamma.iter().map(|&g| g as f64).collect(),
+        vec![0.0; gamma.len()],
+    ))
+}
+
+/// The one learned tensor of a node, or why it is missing.
+fn tensor<'a>(p: Option<&'a Params>, node: &str) -> anyhow::Result<&'a [f32]> {
+    match p {
+        Some(Params::Tensor(t)) => Ok(t),
+        _ => anyhow::bail!("node {node} lacks its learned tensor"),
+    }
 }
 
 /// The fused plan of `graph` with `weights` (one entry per node), or why
@@ -212,8 +275,13 @@ pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<Fuse
                 );
                 let mut end = id;
                 let mut folded = vec![1.0f64; w.out_channels];
-                if let Some(bn) = only(end).filter(|&c| graph.nodes[c].op == Op::BatchNorm) {
-                    let (scale, shift) = bn_affine(weights.by_node[bn].as_ref())?;
+                if let Some(bn) = only(end)
+                    .filter(|&c| matches!(graph.nodes[c].op, Op::BatchNorm | Op::LayerScale))
+                {
+                    let (scale, shift) = match graph.nodes[bn].op {
+                        Op::LayerScale => layer_scale(weights.by_node[bn].as_ref())?,
+                        _ => bn_affine(weights.by_node[bn].as_ref())?,
+                    };
                     folded.clone_from(&scale);
                     let red = w.reduction();
                     for oc in 0..w.out_channels {
@@ -338,18 +406,79 @@ pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<Fuse
                 },
             ),
             Op::Input => anyhow::bail!("node {} is a second input", node.name),
-            Op::LayerNorm { .. }
-            | Op::Gelu
-            | Op::Attention(_)
-            | Op::ClassToken
-            | Op::PositionEmbedding
-            | Op::FirstToken
-            | Op::SpaceToDepth
-            | Op::LayerScale => anyhow::bail!(
-                "unsupported operator {} (node {}): the native engine runs convolutional networks only",
-                node.op.kind(),
-                node.name
+            Op::LayerNorm { eps } => {
+                let Some(Params::LayerNorm { gamma, beta }) = params else {
+                    anyhow::bail!("layer norm {} lacks its parameters", node.name);
+                };
+                let norm = LayerNorm {
+                    gamma: gamma.clone(),
+                    beta: beta.clone(),
+                    eps: *eps as f32,
+                };
+                let input = node.inputs[0];
+                (id, Step::LayerNorm { input, norm })
+            }
+            Op::Gelu => (
+                id,
+                Step::Gelu {
+                    input: node.inputs[0],
+                },
             ),
+            Op::Attention(a) => {
+                let table = match params {
+                    Some(Params::Tensor(t)) => Some(t.as_slice()),
+                    _ => None,
+                };
+                anyhow::ensure!(
+                    table.map_or(0, <[f32]>::len) == a.bias_count(),
+                    "attention {} lacks its relative-position table",
+                    node.name
+                );
+                let input = node.inputs[0];
+                let attention = WindowAttention::new(a, graph.nodes[input].shape, table);
+                (id, Step::Attention { input, attention })
+            }
+            Op::ClassToken => (
+                id,
+                Step::ClassToken {
+                    input: node.inputs[0],
+                    token: tensor(params, &node.name)?.to_vec(),
+                },
+            ),
+            Op::PositionEmbedding => (
+                id,
+                Step::PositionEmbedding {
+                    input: node.inputs[0],
+                    embedding: tensor(params, &node.name)?.to_vec(),
+                },
+            ),
+            Op::FirstToken => (
+                id,
+                Step::FirstToken {
+                    input: node.inputs[0],
+                },
+            ),
+            Op::SpaceToDepth => (
+                id,
+                Step::SpaceToDepth {
+                    input: node.inputs[0],
+                },
+            ),
+            // One that follows no convolution (those fold it) is an affine
+            // map without shift.
+            Op::LayerScale => {
+                let (scale, shift) = layer_scale(params)?;
+                let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect();
+                (
+                    id,
+                    Step::Affine {
+                        input: node.inputs[0],
+                        scale: f(scale),
+                        shift: f(shift),
+                        act: Activation::Identity,
+                    },
+                )
+            }
         };
         steps.push((end, step));
     }
@@ -431,6 +560,31 @@ mod tests {
         let norm: f64 = want.iter().map(|w| w * w).sum();
         let rel = (err / norm).sqrt();
         assert!(rel < 1e-6, "relative error {rel}");
+    }
+
+    /// ConvNeXt's layer scale follows its second pointwise layer and
+    /// folds into it, so the block's residual Add fuses too: no affine step
+    /// is left.
+    #[test]
+    fn layer_scale_folds_into_its_convolution() {
+        let graph = (dlas_zoo::find(Dataset::Imagenet, "blocks-convnext-1")
+            .unwrap()
+            .build)();
+        let plan = fuse(&graph, &generate(&graph, 1)).unwrap();
+        assert!(!plan.iter().any(|(_, s)| matches!(s, Step::Affine { .. })));
+        let residuals = plan
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s,
+                    Step::Conv {
+                        residual: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(residuals, 1);
     }
 
     #[test]

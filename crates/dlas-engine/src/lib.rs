@@ -1,4 +1,5 @@
-//! dlas-engine: the study's own CNN inference engine.
+//! dlas-engine: the study's own inference engine, for the zoo's CNNs and
+//! transformers.
 //!
 //! It exists so the backend axes of the study (algorithm, weight format,
 //! layout, schedule) are real code paths whose cost can be measured, not
@@ -7,11 +8,17 @@
 //! every algorithm runs as stencils, and `int8` for quantised GEMM) beside
 //! the f64 reference in `dlas_zoo::reference` that tests hold them to; the
 //! knobs of each are values ([`Schedule`]) so a tuner can search them.
-//! Compiling is two passes: graph fusion (`fusion`: batch norm folded,
-//! residual Add and activation fused into a convolution's epilogue), then
+//! Compiling is two passes: graph fusion (`fusion`: batch norm and layer
+//! scale folded, residual Add and activation fused into a convolution's
+//! epilogue), then
 //! lowering, where each layer's [`LayerKey`] (weight format, kernel
 //! algorithm, layout, dtype) is decided once and, with a schedule, packed
 //! into a [`Conv2d`].
+//! The transformer operators run beside the convolutions in both layouts
+//! and stay f32 whatever the layers' dtype: attention (`attention`, its two
+//! products on the GEMM microkernels), layer norm (`norm`), GELU (`ops`),
+//! and the token operators (`tokens`: class token, position embedding,
+//! first token, patch merging); projections are 1x1 convolutions.
 //! Weight formats (dense, CSR, BSR) are one block-sparse structure
 //! (`sparse`), CSR being its 1x1 case. Vectorised kernels come in AVX-512,
 //! AVX2 and portable versions, picked at run time (`isa`).
@@ -32,6 +39,7 @@
 
 pub mod algorithm;
 mod aligned;
+mod attention;
 pub mod config;
 pub mod conv;
 mod depthwise;
@@ -44,6 +52,7 @@ mod gemm;
 mod int8;
 mod isa;
 pub mod lowering;
+mod norm;
 mod ops;
 pub mod schedule;
 mod sparse;
@@ -51,6 +60,7 @@ mod spatial_pack;
 #[cfg(test)]
 mod testing;
 mod tiles;
+mod tokens;
 pub mod tuning;
 mod untuned;
 mod weights;

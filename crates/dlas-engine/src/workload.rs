@@ -106,7 +106,15 @@ pub fn workload_of(graph: &Graph, id: NodeId) -> Option<Workload> {
     let node = &graph.nodes[id];
     match &node.op {
         Op::Conv(c) => {
-            let [_, h, w] = graph.nodes[node.inputs[0]].shape;
+            let [_, mut h, mut w] = graph.nodes[node.inputs[0]].shape;
+            // A pointwise layer on a token sequence (`[d, tokens, 1]`) is
+            // the same computation on `[d, 1, tokens]`, in memory too in
+            // both layouts; as one row, the kernels that block output
+            // columns (direct: 16 at a time) do not pad every token to a
+            // block of its own.
+            if (c.kernel, c.stride, c.padding, w) == (1, 1, 0, 1) {
+                (h, w) = (1, h);
+            }
             Some(Workload::new(
                 c.in_channels,
                 c.out_channels,

@@ -7,7 +7,7 @@ use dlas_engine::{
 };
 use dlas_zoo::reference;
 use dlas_zoo::weights::{generate, input};
-use dlas_zoo::{Graph, GraphBuilder, Op};
+use dlas_zoo::{Attention, Graph, GraphBuilder, Op};
 
 /// Errors of ~1e-7 per layer compound over ~20-50 layers and are amplified
 /// by badly conditioned layers; 1e-4 still catches any wrong element.
@@ -404,23 +404,150 @@ fn unsupported_configurations_are_explained() {
     assert!(err(i8_without_quant).contains("quantisation"));
 }
 
-/// The engine runs convolutional networks only: a transformer is refused
-/// at compile time with the operator it lacks, not a panic.
+fn imagenet(name: &str) -> Graph {
+    (dlas_zoo::find(Dataset::Imagenet, name).unwrap().build)()
+}
+
+/// The block models (ConvNeXt blocks; a ViT encoder block, global
+/// attention over 196 tokens) under every algorithm and both layouts,
+/// batch 1 and 2: every transformer operator but the class token, first
+/// token, windows and patch merging, which the full networks below add.
 #[test]
-fn transformers_are_refused_naming_the_operator() {
-    for (name, op) in [
-        ("convnext_t", "LayerNorm"),
-        ("deit_tiny", "ClassToken"),
-        ("swin_t", "LayerNorm"),
-    ] {
-        let graph = (dlas_zoo::find(Dataset::Imagenet, name).unwrap().build)();
-        let err = Engine::compile(&graph, &generate(&graph, 1), &EngineConfig::default())
-            .err()
-            .unwrap_or_else(|| panic!("{name} compiled"))
-            .to_string();
-        assert!(
-            err.starts_with(&format!("unsupported operator {op} (node ")),
-            "{name}: {err}"
-        );
+fn transformer_blocks() {
+    check(&imagenet("blocks-transformer-1"), &configs());
+}
+
+#[test]
+fn convnext_blocks() {
+    check(&imagenet("blocks-convnext-1"), &configs());
+}
+
+/// A pre-norm encoder block as the zoo builds them, on any token grid or
+/// sequence.
+fn encoder_block(g: &mut GraphBuilder, x: usize, attention: Attention) -> usize {
+    let dim = g.channels(x);
+    let y = g.layer_norm(x, 1e-6);
+    let qkv = g.pointwise(y, 3 * dim, true);
+    let context = g.attention(qkv, attention);
+    let y = g.pointwise(context, dim, true);
+    let x = g.add(x, y);
+    let y = g.layer_norm(x, 1e-6);
+    let y = g.pointwise(y, 2 * dim, true);
+    let y = g.gelu(y);
+    let y = g.pointwise(y, dim, true);
+    g.add(x, y)
+}
+
+fn global(heads: usize) -> Attention {
+    Attention {
+        heads,
+        window: None,
+        shift: 0,
+        relative_bias: false,
+    }
+}
+
+fn windows(heads: usize, window: usize, shift: usize) -> Attention {
+    Attention {
+        heads,
+        window: Some(window),
+        shift,
+        relative_bias: true,
+    }
+}
+
+/// A small ViT: patch embedding, class token, position embedding, two
+/// encoder blocks, first-token readout (what `deit_tiny` and `vit_s16`
+/// are made of, at a size the reference evaluates in milliseconds).
+#[test]
+fn small_vit() {
+    let mut g = GraphBuilder::with_input("small-vit", Dataset::Imagenet, [3, 32, 32]);
+    let x = g.input();
+    let x = g.conv(x, 24, 8, 8, 0, 1, true);
+    let x = g.class_token(x);
+    let mut x = g.position_embedding(x);
+    for _ in 0..2 {
+        x = encoder_block(&mut g, x, global(3));
+    }
+    let x = g.layer_norm(x, 1e-6);
+    let x = g.first_token(x);
+    let x = g.flatten(x);
+    g.linear(x, 10);
+    check(&g.finish(), &configs());
+}
+
+/// A small Swin: windows with relative-position biases, shifted windows
+/// (8x8 grid, 4x4 windows, shift 2: every window but one has a mask),
+/// patch merging, a grid that is one window, and a layer scale that no
+/// convolution absorbs.
+#[test]
+fn small_swin() {
+    let mut g = GraphBuilder::with_input("small-swin", Dataset::Imagenet, [3, 32, 32]);
+    let x = g.input();
+    let x = g.conv(x, 16, 4, 4, 0, 1, true);
+    let x = g.layer_norm(x, 1e-5);
+    let x = encoder_block(&mut g, x, windows(2, 4, 0));
+    let x = encoder_block(&mut g, x, windows(2, 4, 2));
+    let x = g.space_to_depth(x);
+    let x = g.layer_norm(x, 1e-5);
+    let x = g.pointwise(x, 32, false);
+    let x = encoder_block(&mut g, x, windows(4, 4, 0));
+    let x = g.layer_norm(x, 1e-5);
+    let x = g.layer_scale(x);
+    let x = g.global_avg_pool(x);
+    let x = g.flatten(x);
+    g.linear(x, 10);
+    check(&g.finish(), &configs());
+}
+
+/// The modern networks themselves, each at batch 1 against the reference
+/// for every algorithm and layout. Not in the default run: the f64
+/// reference alone takes 5 to 20 s per network (the engine well under one);
+/// `small_vit`, `small_swin` and the block models cover every operator.
+#[test]
+#[ignore = "slow (the f64 reference): cargo nextest run --release -p dlas-engine --run-ignored all modern"]
+fn modern_networks_imagenet() {
+    for name in ["convnext_t", "deit_tiny", "vit_s16", "swin_t"] {
+        let graph = imagenet(name);
+        let weights = generate(&graph, 5);
+        let x = input(&graph, 5, 1);
+        let want = reference::evaluate(&graph, &weights, &x, 1);
+        for config in configs() {
+            let engine = Engine::compile(&graph, &weights, &config).unwrap();
+            let e = rel_l2(&engine.run(&x, 1).unwrap(), &want);
+            eprintln!(
+                "{name} {:?} {:?}: relative L2 error {e:.2e}",
+                config.algorithm, config.layout
+            );
+            assert!(
+                e < NETWORK_TOLERANCE,
+                "{name} {:?} {:?}: error {e}",
+                config.algorithm,
+                config.layout
+            );
+        }
+    }
+}
+
+/// fp16 and int8 change only the convolution and linear layers: the
+/// transformer steps stay f32 and run in either.
+#[test]
+fn transformer_blocks_f16_and_int8() {
+    let graph = imagenet("blocks-transformer-1");
+    let weights = generate(&graph, 3);
+    let x = input(&graph, 3, 1);
+    let want = reference::evaluate(&graph, &weights, &x, 1);
+    let quant = dlas_zoo::quant::calibrate(&graph, &weights, &x, 1);
+    for (dtype, bound) in [(DType::F16, 5e-3), (DType::I8, 1e-1)] {
+        let config = EngineConfig {
+            threads: 2,
+            dtype,
+            quant: Some(quant.clone()),
+            ..EngineConfig::default()
+        };
+        let engine = Engine::compile(&graph, &weights, &config).unwrap();
+        let e = rel_l2(&engine.run(&x, 1).unwrap(), &want);
+        eprintln!("blocks-transformer-1 {dtype:?}: relative L2 error {e:.2e}");
+        assert!(e < bound, "{dtype:?} error {e}");
     }
 }
