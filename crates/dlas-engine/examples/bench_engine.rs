@@ -1,6 +1,7 @@
 //! Engine benchmark: this machine's fp32 FMA peak (with the widest FMA the
 //! kernels use), then GFLOP/s and % of peak per layer of ResNet-18
-//! (CIFAR-10) and per network for every algorithm, MobileNetV2's time by
+//! (CIFAR-10) and per network (ResNet-18 CIFAR-10; MobileNetV2, ResNet-50
+//! and ViT-S/16 ImageNet) for every algorithm, MobileNetV2's time by
 //! layer kind, and dense vs CSR vs BSR at 90% sparsity (unstructured, and
 //! pruned in the BSR block shape).
 //!
@@ -277,6 +278,8 @@ fn main() -> anyhow::Result<()> {
         for (dataset, name) in [
             (Dataset::Cifar10, "resnet18"),
             (Dataset::Imagenet, "mobilenetv2"),
+            (Dataset::Imagenet, "resnet50"),
+            (Dataset::Imagenet, "vit_s16"),
         ] {
             let g = (dlas_zoo::find(dataset, name)?.build)();
             let w = generate(&g, 1);
