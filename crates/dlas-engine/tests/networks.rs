@@ -530,7 +530,9 @@ fn modern_networks_imagenet() {
 }
 
 /// fp16 and int8 change only the convolution and linear layers: the
-/// transformer steps stay f32 and run in either.
+/// transformer steps stay f32 and run in either (their outputs stored in
+/// the engine's dtype like every activation). The bounds are ResNet-18's,
+/// argued below (measured: 5.5e-4 for fp16, 1.6e-2 for int8).
 #[test]
 fn transformer_blocks_f16_and_int8() {
     let graph = imagenet("blocks-transformer-1");
