@@ -9,8 +9,8 @@ use crate::config::{ConfigError, DType, EngineConfig};
 use crate::conv::{Conv2d, Int8Scales};
 use crate::fusion::{self, FusedConv, Plan, Step};
 use crate::lowering::LayerKey;
-use crate::ops;
 use crate::tuning::ScheduleTable;
+use crate::{imported, ops};
 use dlas_core::Layout;
 use dlas_zoo::quant::{ActivationQuant, QuantParams};
 use dlas_zoo::weights::Weights;
@@ -364,6 +364,9 @@ impl Engine {
                     layout,
                     Layout::Nchw,
                 )),
+                Step::Imported { input, op } => {
+                    whole(imported::run(op, v(*input), shape(*input), layout))
+                }
             };
             drop(decoded);
             for &i in &inputs {

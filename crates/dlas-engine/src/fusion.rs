@@ -75,6 +75,11 @@ pub(crate) enum Step<C> {
     Flatten {
         input: NodeId,
     },
+    /// An operator only imported models have (see `imported.rs`).
+    Imported {
+        input: NodeId,
+        op: Op,
+    },
 }
 
 /// (node whose value a step produces, the step), in execution order.
@@ -93,7 +98,8 @@ impl<C> Step<C> {
             | Step::Unary { input, .. }
             | Step::Pool { input, .. }
             | Step::GlobalAvgPool { input }
-            | Step::Flatten { input } => vec![*input],
+            | Step::Flatten { input }
+            | Step::Imported { input, .. } => vec![*input],
         }
     }
 
@@ -127,6 +133,7 @@ impl<C> Step<C> {
             Step::GlobalAvgPool { input } => Step::GlobalAvgPool { input },
             Step::Concat { inputs } => Step::Concat { inputs },
             Step::Flatten { input } => Step::Flatten { input },
+            Step::Imported { input, op } => Step::Imported { input, op },
         })
     }
 }
@@ -335,6 +342,18 @@ pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<Fuse
                 id,
                 Step::Flatten {
                     input: node.inputs[0],
+                },
+            ),
+            Op::Pad(_)
+            | Op::Softmax
+            | Op::Lrn { .. }
+            | Op::ChannelShuffle { .. }
+            | Op::HardSigmoid { .. }
+            | Op::HardSwish => (
+                id,
+                Step::Imported {
+                    input: node.inputs[0],
+                    op: node.op.clone(),
                 },
             ),
             Op::Input => anyhow::bail!("node {} is a second input", node.name),

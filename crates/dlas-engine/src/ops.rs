@@ -83,8 +83,7 @@ pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout) -> Vec<f32
 /// Max or average pooling; averages divide by the whole window.
 pub(crate) fn pool(x: &[f32], shape: Shape, p: &Pool, max: bool, layout: Layout) -> Vec<f32> {
     let [c, h, w] = shape;
-    let oh = (h + 2 * p.padding - p.kernel) / p.stride + 1;
-    let ow = (w + 2 * p.padding - p.kernel) / p.stride + 1;
+    let (oh, ow) = (p.out(h), p.out(w));
     let out_shape = [c, oh, ow];
     let (il, ol) = (c * h * w, c * oh * ow);
     let mut out = vec![0.0; x.len() / il * ol];
