@@ -4,15 +4,17 @@
 //! exports, ShuffleNet's channel shuffle, MobileNetV3's hard activations
 //! at opset 14, and an opset-17 file. Each is imported, then run on the
 //! native engine (every algorithm in NCHW, GEMM in NHWC) and by the f64 reference,
-//! and compared with tract's run of the same file at relative L2 < 1e-4,
-//! the cross-check's tolerance for fp32 runtimes.
+//! and compared at relative L2 < 1e-4 (the cross-check's tolerance for
+//! fp32 runtimes) with tract's run of the same file and with the output
+//! the `onnx` package's reference evaluator gave when the script wrote it
+//! (`NAME.expected`): two implementations independent of this crate.
 
 use dlas_core::{Dataset, Layout};
 use dlas_engine::algorithm::KernelAlgorithm;
 use dlas_engine::config::EngineConfig;
 use dlas_engine::engine::Engine;
 use dlas_onnx::{Dtype, import, run_bytes};
-use dlas_zoo::{Graph, reference, weights::input};
+use dlas_zoo::{Graph, reference};
 
 const TOLERANCE: f64 = 1e-4;
 
@@ -27,22 +29,36 @@ fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     (err / norm).sqrt()
 }
 
-fn read(name: &str) -> Vec<u8> {
-    let path = format!("{}/tests/fixtures/{name}.onnx", env!("CARGO_MANIFEST_DIR"));
+fn read(file: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/{file}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The script's input: `(37 i mod 101) / 128 - 1 / 4`, exact in float32.
+fn fixture_input(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 37) % 101) as f32 / 128.0 - 0.25)
+        .collect()
 }
 
 /// Imports fixture `name`, checks every evaluator against tract, and
 /// returns the imported graph for checks of its operators.
 fn check(name: &str) -> Graph {
-    let bytes = read(name);
+    let bytes = read(&format!("{name}.onnx"));
     let (graph, weights) =
         import(&bytes, name, Dataset::Imagenet).unwrap_or_else(|e| panic!("{name}: {e:#}"));
     let [c, h, w] = graph.input_shape();
-    let x = input(&graph, 7, 1);
+    let x = fixture_input(c * h * w);
     let tract = run_bytes(&bytes, Dtype::F32, &[1, c, h, w], &x)
         .unwrap_or_else(|e| panic!("{name} in tract: {e:#}"))
         .swap_remove(0);
+    let expected: Vec<f32> = String::from_utf8(read(&format!("{name}.expected")))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let err = rel_l2(&tract, &expected);
+    assert!(err < TOLERANCE, "{name}: tract vs the onnx reference {err:.2e}");
     let f64s: Vec<f32> = reference::evaluate(&graph, &weights, &x, 1)
         .into_iter()
         .map(|v| v as f32)
@@ -138,7 +154,7 @@ fn opset17() {
 /// An operator the engine lacks is one line naming it and its node.
 #[test]
 fn unsupported_operator_is_one_line_naming_it() {
-    let mut model = dlas_onnx::decode(&read("opset17")).unwrap();
+    let mut model = dlas_onnx::decode(&read("opset17.onnx")).unwrap();
     let graph = model.graph.as_mut().unwrap();
     let node = graph.node.iter_mut().find(|n| n.op_type == "LRN").unwrap();
     node.op_type = "Einsum".into();
