@@ -58,7 +58,10 @@ fn check(name: &str) -> Graph {
         .map(|l| l.parse().unwrap())
         .collect();
     let err = rel_l2(&tract, &expected);
-    assert!(err < TOLERANCE, "{name}: tract vs the onnx reference {err:.2e}");
+    assert!(
+        err < TOLERANCE,
+        "{name}: tract vs the onnx reference {err:.2e}"
+    );
     let f64s: Vec<f32> = reference::evaluate(&graph, &weights, &x, 1)
         .into_iter()
         .map(|v| v as f32)

@@ -14,6 +14,11 @@ use tract_onnx::pb::{self, tensor_proto::DataType};
 /// have about 10^8; a folded shape has a handful).
 const MAX_ELEMENTS: usize = 1 << 28;
 
+/// The most elements a folded tensor may gain over its inputs (Concat,
+/// ConstantOfShape): shapes have a handful, and a file must not make the
+/// importer allocate gigabytes from a few bytes.
+const MAX_FOLDED: usize = 1 << 20;
+
 /// The operators [`fold`] evaluates when all their inputs are constants.
 pub(super) const FOLDED: &[&str] = &[
     "Add",
@@ -169,8 +174,9 @@ pub(super) fn axis(axis: i64, rank: usize) -> Result<usize> {
     Ok(axis.rem_euclid(r.max(1)) as usize)
 }
 
-/// Folds `op` on constant `inputs` (`None`: an input left out); `attr`
-/// reads an integer attribute.
+/// Folds `op` on constant `inputs` (`None`: an input left out; for
+/// ConstantOfShape, its `value` attribute is the second); `attr` reads an
+/// integer attribute, `axes` are Squeeze's and Unsqueeze's.
 pub(super) fn fold(
     op: &str,
     inputs: &[Option<&Tensor>],
@@ -246,6 +252,10 @@ pub(super) fn fold(
                 .collect::<Option<Vec<_>>>()
                 .context("ConstantOfShape of a negative dimension")?;
             let n = count(&dims)?;
+            ensure!(
+                n <= MAX_FOLDED,
+                "ConstantOfShape of shape {dims:?} is too large"
+            );
             let data = match inputs.get(1).copied().flatten().map(|v| &v.data) {
                 None => Data::Float(vec![0.0; n]),
                 Some(Data::Float(v)) => Data::Float(vec![*v.first().context("empty value")?; n]),
@@ -269,7 +279,7 @@ fn arithmetic(op: &str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             b.dims
         ),
     };
-    let n = a.len().max(b.len());
+    let n = count(&dims)?;
     let pick = |len: usize, i: usize| if len == 1 { 0 } else { i };
     let data = match (&a.data, &b.data) {
         (Data::Float(x), Data::Float(y)) => Data::Float(
@@ -323,7 +333,10 @@ fn concat(xs: &[&Tensor], axis: usize) -> Result<Tensor> {
             .checked_add(x.dims[axis])
             .context("Concat overflows")?;
     }
-    count(&dims)?;
+    ensure!(
+        count(&dims)? <= MAX_FOLDED,
+        "Concat of constants to shape {dims:?} is too large"
+    );
     let outer: usize = dims[..axis].iter().product();
     let mut data = match &first.data {
         Data::Float(_) => Data::Float(Vec::new()),

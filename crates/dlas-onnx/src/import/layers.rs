@@ -15,6 +15,11 @@ use tract_onnx::pb;
 /// Imports `node` (not a folded or renaming one) and returns its output.
 pub(super) fn import(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Result<Value> {
     let op = node.op_type.as_str();
+    ensure!(
+        SUPPORTED.contains(&op),
+        "operator `{op}` is not supported by the native engine; supported: {}",
+        SUPPORTED.join(", ")
+    );
     let name = |i: usize| -> Result<&str> {
         node.input
             .get(i)
@@ -179,7 +184,7 @@ pub(super) fn import(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Res
             let xs = (0..node.input.len())
                 .map(|i| imp.tensor(name(i)?))
                 .collect::<Result<Vec<_>>>()?;
-            let rank = xs[0].1;
+            let rank = xs.first().context("Concat of nothing")?.1;
             let axis = fold::axis(a.int("axis").context("Concat without `axis`")?, rank)?;
             ensure!(
                 axis == 1,
@@ -290,10 +295,7 @@ pub(super) fn import(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Res
                 "{other} is supported on constants only (a shape computation), not on a computed tensor"
             )
         }
-        other => bail!(
-            "operator `{other}` is not supported by the native engine; supported: {}",
-            SUPPORTED.join(", ")
-        ),
+        other => bail!("operator `{other}` has no import"),
     })
 }
 
@@ -451,6 +453,11 @@ fn pad(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Result<Value> {
     for (t, &p) in total.iter_mut().zip(&[pads[2], pads[3], pads[6], pads[7]]) {
         *t += size("padding", p, 0)?;
     }
+    let [_, h, w] = imp.builder.shape(id);
+    ensure!(
+        h + total[0] + total[2] <= MAX_SIZE && w + total[1] + total[3] <= MAX_SIZE,
+        "Pad to more than {MAX_SIZE} rows or columns"
+    );
     Ok(Value::Padded { id, pads: total })
 }
 

@@ -307,6 +307,10 @@ impl Importer {
                 .filter(|n| !n.is_empty())
                 .all(|n| matches!(self.values.get(n), Some(Value::Const(_))));
         if fold::FOLDED.contains(&op) && (all_const || op == "ConstantOfShape") {
+            let value = match a.get("value").and_then(|v| v.t.as_ref()) {
+                Some(t) if op == "ConstantOfShape" => Some(Tensor::from_proto(t)?),
+                _ => None,
+            };
             let inputs: Vec<Option<&Tensor>> = node
                 .input
                 .iter()
@@ -314,6 +318,7 @@ impl Importer {
                     Some(Value::Const(t)) => Some(t),
                     _ => None,
                 })
+                .chain(value.as_ref().map(Some))
                 .collect();
             let axes = self.axes(node)?;
             let t = fold::fold(op, &inputs, &|n| a.int(n), axes)?;
