@@ -248,13 +248,15 @@ impl Importer {
         // Ops that only rename, and those folded when their inputs are constants.
         match op {
             "Identity" | "Dropout" => {
-                if op == "Dropout" && self.opset >= 12 {
-                    if let Some(t) = input(2) {
-                        ensure!(
-                            self.constant(t)?.int_values()? == [0],
-                            "Dropout in training mode"
-                        );
-                    }
+                // Opset 12 made training mode an input; it must be off.
+                if op == "Dropout"
+                    && self.opset >= 12
+                    && let Some(t) = input(2)
+                {
+                    ensure!(
+                        self.constant(t)?.int_values()? == [0],
+                        "Dropout in training mode"
+                    );
                 }
                 let v = self.value(&first)?.clone();
                 self.values.insert(out, v);
