@@ -146,7 +146,7 @@ fn every_operator_in_a_small_graph() {
 }
 
 /// The operators only imported models have (LRN, an asymmetric zero pad,
-/// max pooling with end padding, channel shuffle, hard activations,
+/// max pooling with end padding, channel shuffle, padded average pooling, hard activations,
 /// softmax per position and at the classifier), against the reference.
 #[test]
 fn imported_operators_in_a_small_graph() {
@@ -173,6 +173,15 @@ fn imported_operators_in_a_small_graph() {
         },
     );
     let y = g.channel_shuffle(y, 3);
+    let y = g.avg_pool_with(
+        y,
+        dlas_zoo::Pool {
+            kernel: 3,
+            stride: 1,
+            padding: 1,
+            end: 1,
+        },
+    );
     let y = g.unary(Op::HardSwish, y);
     let y = g.conv(y, 8, 1, 1, 0, 1, true);
     let y = g.unary(

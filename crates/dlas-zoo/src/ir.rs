@@ -61,7 +61,7 @@ pub struct Pool {
     pub padding: usize,
     /// Padding added to the bottom and right only, after `padding` on all
     /// sides: Caffe's ceil-mode pooling and `SAME_UPPER` windows, as old
-    /// exporters write them (max pooling only, where padding is ignored).
+    /// exporters write them.
     pub end: usize,
 }
 
@@ -87,6 +87,9 @@ pub enum Op {
     /// Element-wise product; the second operand may be `[c, 1, 1]` (broadcast).
     Mul,
     MaxPool(Pool),
+    /// Average pooling; each window divides by its elements inside the
+    /// input (ONNX's default, `count_include_pad = 0`; the zoo's own
+    /// average pools have no padding, where every window is whole).
     AvgPool(Pool),
     GlobalAvgPool,
     /// Concatenation along channels.
@@ -490,6 +493,11 @@ impl GraphBuilder {
     /// Max pooling with `pool.end` extra padding at the bottom and right.
     pub fn max_pool_with(&mut self, x: NodeId, pool: Pool) -> NodeId {
         self.pool(x, Op::MaxPool(pool))
+    }
+
+    /// Average pooling with padding (an imported model's).
+    pub fn avg_pool_with(&mut self, x: NodeId, pool: Pool) -> NodeId {
+        self.pool(x, Op::AvgPool(pool))
     }
 
     pub fn avg_pool(&mut self, x: NodeId, kernel: usize, stride: usize) -> NodeId {

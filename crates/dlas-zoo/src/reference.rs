@@ -95,7 +95,7 @@ fn pool(input: &[f64], batch: usize, shape: Shape, p: &Pool, max: bool) -> Vec<f
         for oy in 0..oh {
             for ox in 0..ow {
                 let mut best = f64::NEG_INFINITY;
-                let mut sum = 0.0;
+                let (mut sum, mut count) = (0.0, 0);
                 for ky in 0..p.kernel {
                     for kx in 0..p.kernel {
                         let iy = (oy * p.stride + ky) as isize - p.padding as isize;
@@ -106,15 +106,12 @@ fn pool(input: &[f64], batch: usize, shape: Shape, p: &Pool, max: bool) -> Vec<f
                         let v = plane[iy as usize * w + ix as usize];
                         best = best.max(v);
                         sum += v;
+                        count += 1;
                     }
                 }
-                // Average pooling divides by the full window (count_include_pad),
-                // which only matters with padding; the zoo's average pools have none.
-                out.push(if max {
-                    best
-                } else {
-                    sum / (p.kernel * p.kernel) as f64
-                });
+                // Average pooling divides by the window's elements inside
+                // the input, which only matters with padding.
+                out.push(if max { best } else { sum / count as f64 });
             }
         }
     }

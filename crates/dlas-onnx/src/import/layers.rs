@@ -123,6 +123,14 @@ pub(super) fn import(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Res
             let id = imp.builder.unary(act, id);
             same_rank(imp, id)?
         }
+        "Add" | "Mul"
+            if node
+                .input
+                .iter()
+                .any(|n| matches!(imp.values.get(n), Some(Value::Const(_)))) =>
+        {
+            affine(imp, node)?
+        }
         "Add" | "Sum" => {
             let ids = (0..node.input.len())
                 .map(|i| Ok(imp.tensor(name(i)?)?.0))
@@ -166,10 +174,11 @@ pub(super) fn import(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Res
                 imp.builder.max_pool_with(id, pool)
             } else {
                 ensure!(
-                    pool.padding == 0 && pool.end == 0,
-                    "padded average pooling is not supported"
+                    a.int("count_include_pad").unwrap_or(0) == 0
+                        || (pool.padding == 0 && pool.end == 0),
+                    "padded average pooling that counts the padding is not supported"
                 );
-                imp.builder.avg_pool(id, pool.kernel, pool.stride)
+                imp.builder.avg_pool_with(id, pool)
             };
             Value::Node { id, rank: 4 }
         }
@@ -412,6 +421,52 @@ fn gemm(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Result<Value> {
     Ok(Value::Node { id, rank: 2 })
 }
 
+/// Add or Mul of a tensor and a constant of one value per channel (or one
+/// in all): Caffe2's batch norm is a BatchNormalization then a Mul and an
+/// Add of its unsqueezed scale and bias. The IR's per-channel affine is its
+/// batch norm, here with mean 0 and variance 1 - eps (so that the
+/// normalisation divides by 1 up to float32 rounding, about 1e-8).
+fn affine(imp: &mut Importer, node: &pb::NodeProto) -> Result<Value> {
+    let [a, b] = node.input.as_slice() else {
+        bail!("{} of {} inputs", node.op_type, node.input.len());
+    };
+    let (x, t) = match imp.values.get(a) {
+        Some(Value::Const(_)) => (b, a),
+        _ => (a, b),
+    };
+    let (id, rank) = imp.tensor(x)?;
+    let c = imp.builder.channels(id);
+    let t = imp.constant(t)?;
+    let dims: Vec<usize> = t.dims.iter().copied().skip_while(|&d| d == 1).collect();
+    let per_channel = if rank == 2 { vec![c] } else { vec![c, 1, 1] };
+    let values = t.floats();
+    let values = match values.len() {
+        1 if dims.iter().all(|&d| d == 1) => vec![values[0]; c],
+        _ if dims == per_channel => values,
+        _ => bail!(
+            "{} of a tensor and a constant of shape {:?}; only one value per channel or one in all is supported",
+            node.op_type,
+            t.dims
+        ),
+    };
+    let (gamma, beta) = if node.op_type == "Mul" {
+        (values, vec![0.0; c])
+    } else {
+        (vec![1.0; c], values)
+    };
+    let id = imp.builder.batch_norm(id);
+    imp.params.push((
+        id,
+        Params::BatchNorm {
+            gamma,
+            beta,
+            mean: vec![0.0; c],
+            var: vec![1.0 - 1e-5; c],
+        },
+    ));
+    Ok(Value::Node { id, rank })
+}
+
 /// A zero Pad, held back for a following convolution.
 fn pad(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Result<Value> {
     let mode = a.string("mode").unwrap_or_else(|| "constant".into());
@@ -545,9 +600,13 @@ fn pool(a: &Attrs, [_, h, w]: [usize; 3]) -> Result<Pool> {
             (out - 1) * stride < size + begin && begin < kernel,
             "a pooling window lies entirely in the padding"
         );
-        let end = ((out - 1) * stride + kernel).saturating_sub(size + begin);
+        // The end padding the last window reaches, at least the start's:
+        // more than that adds no window.
+        let end = ((out - 1) * stride + kernel)
+            .saturating_sub(size + begin)
+            .max(begin);
         ensure!(
-            end >= begin,
+            (size + begin + end - kernel) / stride + 1 == out,
             "pads {:?} with more padding at the start are not supported",
             [top, left, bottom, right]
         );

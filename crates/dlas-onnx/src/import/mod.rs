@@ -104,12 +104,18 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
     for t in &graph.initializer {
         values.insert(t.name.clone(), Value::Const(Tensor::from_proto(t)?));
     }
-    // Old exporters also list every initializer as a graph input: the
-    // image is the input that is not one.
+    // Old exporters also list every weight as a graph input, whether an
+    // initializer or a node's output (the model zoo's light files make
+    // them with ConstantOfShape): the image is the input that is neither.
+    let computed: std::collections::HashSet<&str> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.output.iter().map(String::as_str))
+        .collect();
     let input = graph
         .input
         .iter()
-        .find(|i| !values.contains_key(&i.name))
+        .find(|i| !values.contains_key(&i.name) && !computed.contains(i.name.as_str()))
         .context("the ONNX graph has no input")?;
     let builder = match input_shape(input) {
         Some(shape) => GraphBuilder::with_input(name, dataset, shape),
