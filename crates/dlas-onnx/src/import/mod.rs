@@ -24,6 +24,7 @@ mod fold;
 mod layers;
 #[cfg(test)]
 mod tests;
+mod window;
 
 /// The operators the importer understands (folded or removed ones included).
 pub const SUPPORTED: &[&str] = &[
