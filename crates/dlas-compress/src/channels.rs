@@ -115,7 +115,10 @@ impl Ties {
                 | Op::AvgPool(_)
                 | Op::GlobalAvgPool
                 | Op::Add
-                | Op::Mul => {
+                | Op::Mul
+                | Op::Pad(_)
+                | Op::HardSigmoid { .. }
+                | Op::HardSwish => {
                     for &input in &node.inputs {
                         same(&mut ties, input);
                     }
@@ -138,6 +141,12 @@ impl Ties {
                 | Op::SpaceToDepth
                 | Op::LayerScale => anyhow::bail!(
                     "channel pruning cannot handle node {} ({}): only the convolutional networks' operators keep channels separable",
+                    node.name,
+                    node.op.kind()
+                ),
+                // Each output channel depends on several input channels.
+                Op::Softmax | Op::Lrn { .. } | Op::ChannelShuffle { .. } => anyhow::bail!(
+                    "channel pruning cannot handle node {} ({}): it mixes channels",
                     node.name,
                     node.op.kind()
                 ),

@@ -192,9 +192,15 @@ fn classify(graph: &Graph, id: usize) -> Class {
         Op::BatchNorm => Class::Elementwise {
             params: 2.0 * node.shape[0] as f64,
         },
-        Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid | Op::Gelu | Op::Add | Op::Mul => {
-            Class::Elementwise { params: 0.0 }
-        }
+        Op::Relu
+        | Op::Relu6
+        | Op::Silu
+        | Op::Sigmoid
+        | Op::Gelu
+        | Op::HardSigmoid { .. }
+        | Op::HardSwish
+        | Op::Add
+        | Op::Mul => Class::Elementwise { params: 0.0 },
         Op::LayerScale | Op::PositionEmbedding => Class::Elementwise {
             params: node.params() as f64,
         },
@@ -203,9 +209,15 @@ fn classify(graph: &Graph, id: usize) -> Class {
         Op::LayerNorm { .. } => Class::Pass {
             params: node.params() as f64,
         },
-        Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool | Op::SpaceToDepth => {
-            Class::Pass { params: 0.0 }
-        }
+        // Softmax and LRN reduce over channels, as a layer norm does.
+        Op::MaxPool(_)
+        | Op::AvgPool(_)
+        | Op::GlobalAvgPool
+        | Op::SpaceToDepth
+        | Op::Pad(_)
+        | Op::Softmax
+        | Op::Lrn { .. }
+        | Op::ChannelShuffle { .. } => Class::Pass { params: 0.0 },
         Op::Concat | Op::ClassToken => Class::Concat {
             params: node.params() as f64,
         },

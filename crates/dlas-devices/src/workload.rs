@@ -129,6 +129,8 @@ impl Workload {
                 | Op::Gelu
                 | Op::LayerScale
                 | Op::PositionEmbedding
+                | Op::HardSigmoid { .. }
+                | Op::HardSwish
                 | Op::Add => {
                     // An epilogue of the layer that produced either operand
                     // (a residual Add may name the layer second), if that
@@ -150,7 +152,11 @@ impl Workload {
                 | Op::GlobalAvgPool
                 | Op::Concat
                 | Op::FirstToken
-                | Op::SpaceToDepth => {
+                | Op::SpaceToDepth
+                | Op::Pad(_)
+                | Op::Softmax
+                | Op::Lrn { .. }
+                | Op::ChannelShuffle { .. } => {
                     kernels.push(memory_kernel(&node.name, input_elems, elems(node.shape)));
                 }
                 // These also read their learned tensors.

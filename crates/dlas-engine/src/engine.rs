@@ -9,9 +9,9 @@ use crate::config::{ConfigError, DType, EngineConfig};
 use crate::conv::{Conv2d, Int8Scales};
 use crate::fusion::{self, FusedConv, Plan, Step};
 use crate::lowering::LayerKey;
-use crate::ops;
 use crate::tokens;
 use crate::tuning::ScheduleTable;
+use crate::{imported, ops};
 use dlas_core::Layout;
 use dlas_zoo::quant::{ActivationQuant, QuantParams};
 use dlas_zoo::weights::Weights;
@@ -394,6 +394,9 @@ impl Engine {
                 Step::SpaceToDepth { input } => self.write(*out, batch, |y| {
                     tokens::space_to_depth(v(*input), y, shape(*input), layout)
                 }),
+                Step::Imported { input, op } => {
+                    whole(imported::run(op, v(*input), shape(*input), layout))
+                }
             };
             drop(decoded);
             for &i in &inputs {

@@ -102,6 +102,11 @@ pub(crate) enum Step<C> {
     SpaceToDepth {
         input: NodeId,
     },
+    /// An operator only imported models have (see `imported.rs`).
+    Imported {
+        input: NodeId,
+        op: Op,
+    },
 }
 
 /// (node whose value a step produces, the step), in execution order.
@@ -127,7 +132,8 @@ impl<C> Step<C> {
             | Step::ClassToken { input, .. }
             | Step::PositionEmbedding { input, .. }
             | Step::FirstToken { input }
-            | Step::SpaceToDepth { input } => vec![*input],
+            | Step::SpaceToDepth { input }
+            | Step::Imported { input, .. } => vec![*input],
         }
     }
 
@@ -170,6 +176,7 @@ impl<C> Step<C> {
             }
             Step::FirstToken { input } => Step::FirstToken { input },
             Step::SpaceToDepth { input } => Step::SpaceToDepth { input },
+            Step::Imported { input, op } => Step::Imported { input, op },
         })
     }
 }
@@ -403,6 +410,18 @@ pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<Fuse
                 id,
                 Step::Flatten {
                     input: node.inputs[0],
+                },
+            ),
+            Op::Pad(_)
+            | Op::Softmax
+            | Op::Lrn { .. }
+            | Op::ChannelShuffle { .. }
+            | Op::HardSigmoid { .. }
+            | Op::HardSwish => (
+                id,
+                Step::Imported {
+                    input: node.inputs[0],
+                    op: node.op.clone(),
                 },
             ),
             Op::Input => anyhow::bail!("node {} is a second input", node.name),

@@ -49,6 +49,7 @@ pub mod epilogue;
 mod fp16;
 mod fusion;
 mod gemm;
+mod imported;
 mod int8;
 mod isa;
 pub mod lowering;

@@ -80,11 +80,11 @@ pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout) -> Vec<f32
     out
 }
 
-/// Max or average pooling; averages divide by the whole window.
+/// Max or average pooling; averages divide by the window's elements
+/// inside the input (see `Op::AvgPool`).
 pub(crate) fn pool(x: &[f32], shape: Shape, p: &Pool, max: bool, layout: Layout) -> Vec<f32> {
     let [c, h, w] = shape;
-    let oh = (h + 2 * p.padding - p.kernel) / p.stride + 1;
-    let ow = (w + 2 * p.padding - p.kernel) / p.stride + 1;
+    let (oh, ow) = (p.out(h), p.out(w));
     let out_shape = [c, oh, ow];
     let (il, ol) = (c * h * w, c * oh * ow);
     let mut out = vec![0.0; x.len() / il * ol];
@@ -94,7 +94,7 @@ pub(crate) fn pool(x: &[f32], shape: Shape, p: &Pool, max: bool, layout: Layout)
             for ch in 0..c {
                 for oy in 0..oh {
                     for ox in 0..ow {
-                        let (mut best, mut sum) = (f32::NEG_INFINITY, 0.0);
+                        let (mut best, mut sum, mut count) = (f32::NEG_INFINITY, 0.0, 0);
                         for ky in 0..p.kernel {
                             for kx in 0..p.kernel {
                                 let (iy, ix) = (oy * p.stride + ky, ox * p.stride + kx);
@@ -108,13 +108,11 @@ pub(crate) fn pool(x: &[f32], shape: Shape, p: &Pool, max: bool, layout: Layout)
                                 let v = s[at(layout, shape, ch, iy - p.padding, ix - p.padding)];
                                 best = best.max(v);
                                 sum += v;
+                                count += 1;
                             }
                         }
-                        o[at(layout, out_shape, ch, oy, ox)] = if max {
-                            best
-                        } else {
-                            sum / (p.kernel * p.kernel) as f32
-                        };
+                        o[at(layout, out_shape, ch, oy, ox)] =
+                            if max { best } else { sum / count as f32 };
                     }
                 }
             }

@@ -145,6 +145,60 @@ fn every_operator_in_a_small_graph() {
     check(&g.finish(), &configs());
 }
 
+/// The operators only imported models have (LRN, an asymmetric zero pad,
+/// max pooling with end padding, channel shuffle, padded average pooling, hard activations,
+/// softmax per position and at the classifier), against the reference.
+#[test]
+fn imported_operators_in_a_small_graph() {
+    let mut g = GraphBuilder::new("imported", Dataset::Cifar10);
+    let x = g.input();
+    let y = g.conv(x, 12, 3, 2, 1, 3, true);
+    let y = g.unary(
+        Op::Lrn {
+            size: 5,
+            alpha: 0.1,
+            beta: 0.75,
+            bias: 1.5,
+        },
+        y,
+    );
+    let y = g.pad(y, [0, 1, 2, 1]);
+    let y = g.max_pool_with(
+        y,
+        dlas_zoo::Pool {
+            kernel: 3,
+            stride: 2,
+            padding: 0,
+            end: 1,
+        },
+    );
+    let y = g.channel_shuffle(y, 3);
+    let y = g.avg_pool_with(
+        y,
+        dlas_zoo::Pool {
+            kernel: 3,
+            stride: 1,
+            padding: 1,
+            end: 1,
+        },
+    );
+    let y = g.unary(Op::HardSwish, y);
+    let y = g.conv(y, 8, 1, 1, 0, 1, true);
+    let y = g.unary(
+        Op::HardSigmoid {
+            alpha: 0.3,
+            beta: 0.4,
+        },
+        y,
+    );
+    let y = g.unary(Op::Softmax, y);
+    let y = g.global_avg_pool(y);
+    let y = g.flatten(y);
+    let y = g.linear(y, 10);
+    g.unary(Op::Softmax, y);
+    check(&g.finish(), &configs());
+}
+
 /// One ImageNet network end to end at batch 1 (gemm only, to stay cheap).
 #[test]
 fn mobilenetv2_imagenet_gemm() {

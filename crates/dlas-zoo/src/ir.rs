@@ -59,6 +59,17 @@ pub struct Pool {
     pub kernel: usize,
     pub stride: usize,
     pub padding: usize,
+    /// Padding added to the bottom and right only, after `padding` on all
+    /// sides: Caffe's ceil-mode pooling and `SAME_UPPER` windows, as old
+    /// exporters write them.
+    pub end: usize,
+}
+
+impl Pool {
+    /// Output height (width) of an input of height (width) `size`.
+    pub fn out(&self, size: usize) -> usize {
+        (size + 2 * self.padding + self.end - self.kernel) / self.stride + 1
+    }
 }
 
 /// The operators the study's networks are made of.
@@ -76,6 +87,9 @@ pub enum Op {
     /// Element-wise product; the second operand may be `[c, 1, 1]` (broadcast).
     Mul,
     MaxPool(Pool),
+    /// Average pooling; each window divides by its elements inside the
+    /// input (ONNX's default, `count_include_pad = 0`; the zoo's own
+    /// average pools have no padding, where every window is whole).
     AvgPool(Pool),
     GlobalAvgPool,
     /// Concatenation along channels.
@@ -112,6 +126,33 @@ pub enum Op {
     SpaceToDepth,
     /// A learned per-channel scale (ConvNeXt's layer scale).
     LayerScale,
+    /// Zero padding of the plane by (top, left, bottom, right), for an
+    /// imported `Pad` that no convolution could absorb.
+    Pad([usize; 4]),
+    /// Softmax over the channels of each position (a classifier's output).
+    Softmax,
+    /// Local response normalisation across channels as ONNX defines it
+    /// (AlexNet, GoogLeNet): `x / (bias + alpha / size * s)^beta`, `s` the
+    /// sum of squares over channels `c - (size - 1) / 2 ..= c + size / 2`.
+    Lrn {
+        size: usize,
+        alpha: f64,
+        beta: f64,
+        bias: f64,
+    },
+    /// ShuffleNet's channel shuffle: output channel `i * groups + g` is
+    /// input channel `g * (c / groups) + i` (the exporters' Reshape,
+    /// Transpose, Reshape).
+    ChannelShuffle {
+        groups: usize,
+    },
+    /// `clamp(alpha * x + beta, 0, 1)`.
+    HardSigmoid {
+        alpha: f64,
+        beta: f64,
+    },
+    /// `x * clamp(x / 6 + 1 / 2, 0, 1)` (MobileNetV3).
+    HardSwish,
 }
 
 /// Attention of every token to the tokens of its window.
@@ -175,6 +216,12 @@ impl Op {
             Op::FirstToken => "FirstToken",
             Op::SpaceToDepth => "SpaceToDepth",
             Op::LayerScale => "LayerScale",
+            Op::Pad(_) => "Pad",
+            Op::Softmax => "Softmax",
+            Op::Lrn { .. } => "LRN",
+            Op::ChannelShuffle { .. } => "ChannelShuffle",
+            Op::HardSigmoid { .. } => "HardSigmoid",
+            Op::HardSwish => "HardSwish",
         }
     }
 }
@@ -394,11 +441,20 @@ impl GraphBuilder {
         self.push(Op::BatchNorm, vec![x], self.shape(x))
     }
 
-    /// An element-wise unary operator (activation).
+    /// A parameterless operator of one input that keeps its shape (an
+    /// activation, softmax, LRN).
     pub fn unary(&mut self, op: Op, x: NodeId) -> NodeId {
         assert!(matches!(
             op,
-            Op::Relu | Op::Relu6 | Op::Silu | Op::Sigmoid | Op::Gelu
+            Op::Relu
+                | Op::Relu6
+                | Op::Silu
+                | Op::Sigmoid
+                | Op::Gelu
+                | Op::Softmax
+                | Op::Lrn { .. }
+                | Op::HardSigmoid { .. }
+                | Op::HardSwish
         ));
         self.push(op, vec![x], self.shape(x))
     }
@@ -429,8 +485,19 @@ impl GraphBuilder {
                 kernel,
                 stride,
                 padding,
+                end: 0,
             }),
         )
+    }
+
+    /// Max pooling with `pool.end` extra padding at the bottom and right.
+    pub fn max_pool_with(&mut self, x: NodeId, pool: Pool) -> NodeId {
+        self.pool(x, Op::MaxPool(pool))
+    }
+
+    /// Average pooling with padding (an imported model's).
+    pub fn avg_pool_with(&mut self, x: NodeId, pool: Pool) -> NodeId {
+        self.pool(x, Op::AvgPool(pool))
     }
 
     pub fn avg_pool(&mut self, x: NodeId, kernel: usize, stride: usize) -> NodeId {
@@ -440,6 +507,7 @@ impl GraphBuilder {
                 kernel,
                 stride,
                 padding: 0,
+                end: 0,
             }),
         )
     }
@@ -449,8 +517,7 @@ impl GraphBuilder {
             unreachable!("pool takes a pooling operator")
         };
         let [c, h, w] = self.shape(x);
-        let out = |s: usize| (s + 2 * p.padding - p.kernel) / p.stride + 1;
-        let shape = [c, out(h), out(w)];
+        let shape = [c, p.out(h), p.out(w)];
         self.push(op, vec![x], shape)
     }
 
@@ -551,6 +618,21 @@ impl GraphBuilder {
             "SpaceToDepth needs an even grid"
         );
         self.push(Op::SpaceToDepth, vec![x], [4 * c, h / 2, w / 2])
+    }
+
+    /// Zero padding by (top, left, bottom, right).
+    pub fn pad(&mut self, x: NodeId, pads: [usize; 4]) -> NodeId {
+        let [c, h, w] = self.shape(x);
+        let shape = [c, h + pads[0] + pads[2], w + pads[1] + pads[3]];
+        self.push(Op::Pad(pads), vec![x], shape)
+    }
+
+    pub fn channel_shuffle(&mut self, x: NodeId, groups: usize) -> NodeId {
+        assert!(
+            groups > 0 && self.channels(x).is_multiple_of(groups),
+            "groups must divide the channels"
+        );
+        self.push(Op::ChannelShuffle { groups }, vec![x], self.shape(x))
     }
 
     pub fn finish(self) -> Graph {

@@ -89,14 +89,13 @@ pub fn conv2d_f64(
 
 fn pool(input: &[f64], batch: usize, shape: Shape, p: &Pool, max: bool) -> Vec<f64> {
     let [c, h, w] = shape;
-    let oh = (h + 2 * p.padding - p.kernel) / p.stride + 1;
-    let ow = (w + 2 * p.padding - p.kernel) / p.stride + 1;
+    let (oh, ow) = (p.out(h), p.out(w));
     let mut out = Vec::with_capacity(batch * c * oh * ow);
     for plane in input.chunks(h * w).take(batch * c) {
         for oy in 0..oh {
             for ox in 0..ow {
                 let mut best = f64::NEG_INFINITY;
-                let mut sum = 0.0;
+                let (mut sum, mut count) = (0.0, 0);
                 for ky in 0..p.kernel {
                     for kx in 0..p.kernel {
                         let iy = (oy * p.stride + ky) as isize - p.padding as isize;
@@ -107,15 +106,12 @@ fn pool(input: &[f64], batch: usize, shape: Shape, p: &Pool, max: bool) -> Vec<f
                         let v = plane[iy as usize * w + ix as usize];
                         best = best.max(v);
                         sum += v;
+                        count += 1;
                     }
                 }
-                // Average pooling divides by the full window (count_include_pad),
-                // which only matters with padding; the zoo's average pools have none.
-                out.push(if max {
-                    best
-                } else {
-                    sum / (p.kernel * p.kernel) as f64
-                });
+                // Average pooling divides by the window's elements inside
+                // the input, which only matters with padding.
+                out.push(if max { best } else { sum / count as f64 });
             }
         }
     }
@@ -244,6 +240,75 @@ fn space_to_depth(input: &[f64], shape: Shape) -> Vec<f64> {
         }
     }
     out
+}
+
+/// Zero padding of each plane by (top, left, bottom, right).
+fn pad(input: &[f64], [_, h, w]: Shape, [top, left, bottom, right]: [usize; 4]) -> Vec<f64> {
+    let ow = w + left + right;
+    let mut out = Vec::new();
+    for plane in input.chunks(h * w) {
+        out.resize(out.len() + top * ow, 0.0);
+        for row in plane.chunks(w) {
+            out.resize(out.len() + left, 0.0);
+            out.extend_from_slice(row);
+            out.resize(out.len() + right, 0.0);
+        }
+        out.resize(out.len() + bottom * ow, 0.0);
+    }
+    out
+}
+
+/// Softmax over the channels of each position.
+fn softmax(input: &[f64], [c, h, w]: Shape) -> Vec<f64> {
+    let plane = h * w;
+    let mut out = vec![0.0; input.len()];
+    for (x, y) in input.chunks(c * plane).zip(out.chunks_mut(c * plane)) {
+        for p in 0..plane {
+            let max = (0..c)
+                .map(|i| x[i * plane + p])
+                .fold(f64::NEG_INFINITY, f64::max);
+            let total: f64 = (0..c).map(|i| (x[i * plane + p] - max).exp()).sum();
+            for i in 0..c {
+                y[i * plane + p] = (x[i * plane + p] - max).exp() / total;
+            }
+        }
+    }
+    out
+}
+
+/// Local response normalisation across channels (see [`Op::Lrn`]).
+fn lrn(input: &[f64], [c, h, w]: Shape, size: usize, alpha: f64, beta: f64, bias: f64) -> Vec<f64> {
+    let plane = h * w;
+    let mut out = vec![0.0; input.len()];
+    for (x, y) in input.chunks(c * plane).zip(out.chunks_mut(c * plane)) {
+        for i in 0..c {
+            let window = i.saturating_sub((size - 1) / 2)..(i + size / 2 + 1).min(c);
+            for p in 0..plane {
+                let squares: f64 = window.clone().map(|j| x[j * plane + p].powi(2)).sum();
+                y[i * plane + p] =
+                    x[i * plane + p] / (bias + alpha / size as f64 * squares).powf(beta);
+            }
+        }
+    }
+    out
+}
+
+/// ShuffleNet's channel shuffle (see [`Op::ChannelShuffle`]).
+fn channel_shuffle(input: &[f64], [c, h, w]: Shape, groups: usize) -> Vec<f64> {
+    let (plane, per_group) = (h * w, c / groups);
+    let mut out = Vec::with_capacity(input.len());
+    for x in input.chunks(c * plane) {
+        for i in 0..per_group {
+            for g in 0..groups {
+                out.extend_from_slice(&x[(g * per_group + i) * plane..][..plane]);
+            }
+        }
+    }
+    out
+}
+
+fn hard_sigmoid(x: f64, alpha: f64, beta: f64) -> f64 {
+    (alpha * x + beta).clamp(0.0, 1.0)
 }
 
 /// Evaluates one node given its inputs' values (each (batch, c, h, w)).
@@ -387,6 +452,20 @@ fn eval_node(
             inputs[0].chunks(tokens).map(|seq| seq[0]).collect()
         }
         (Op::SpaceToDepth, _) => space_to_depth(inputs[0], in_shape(0)),
+        (Op::Pad(pads), _) => pad(inputs[0], in_shape(0), *pads),
+        (Op::Softmax, _) => softmax(inputs[0], node.shape),
+        (
+            Op::Lrn {
+                size,
+                alpha,
+                beta,
+                bias,
+            },
+            _,
+        ) => lrn(inputs[0], node.shape, *size, *alpha, *beta, *bias),
+        (Op::ChannelShuffle { groups }, _) => channel_shuffle(inputs[0], node.shape, *groups),
+        (Op::HardSigmoid { alpha, beta }, _) => unary(&|x| hard_sigmoid(x, *alpha, *beta)),
+        (Op::HardSwish, _) => unary(&|x| x * hard_sigmoid(x, 1.0 / 6.0, 0.5)),
         (op, p) => panic!(
             "node {} ({op:?}) has parameters {:?}",
             node.name,
@@ -515,6 +594,20 @@ mod tests {
         assert_eq!(y, vec![-2.0, 1.5]);
         // Phi(1), the standard normal distribution function at 1.
         assert!((gelu(1.0) - 0.841_344_746_068_542_9).abs() < 1e-15);
+        // Two groups of two channels interleave.
+        assert_eq!(
+            channel_shuffle(&[0.0, 1.0, 2.0, 3.0], [4, 1, 1], 2),
+            vec![0.0, 2.0, 1.0, 3.0]
+        );
+        assert_eq!(
+            pad(&[1.0, 2.0], [1, 1, 2], [0, 1, 1, 0]),
+            vec![0.0, 1.0, 2.0, 0.0, 0.0, 0.0]
+        );
+        let p = softmax(&[0.0, 2f64.ln()], [2, 1, 1]);
+        assert!((p[0] - 1.0 / 3.0).abs() < 1e-15 && (p[1] - 2.0 / 3.0).abs() < 1e-15);
+        // Size 3 over 2 channels: both see both; 3 / (1 + 1 / 3 * 25)^1 = 0.3.
+        let y = lrn(&[3.0, 4.0], [2, 1, 1], 3, 1.0, 1.0, 1.0);
+        assert!((y[0] - 3.0 / (1.0 + 25.0 / 3.0)).abs() < 1e-15);
         // One channel, rows (1 2) (3 4): channels in (dx, dy) order.
         assert_eq!(
             space_to_depth(&[1.0, 2.0, 3.0, 4.0], [1, 2, 2]),

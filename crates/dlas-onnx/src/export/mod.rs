@@ -28,6 +28,7 @@ use tract_onnx::pb::{
 };
 use tract_onnx::prelude::f16;
 
+mod imported;
 mod transformer;
 
 pub const OPSET: i64 = 13;
@@ -201,6 +202,7 @@ pub fn model_with(
             (Op::Mul, _) => out.node("Mul", &name, inputs, vec![]),
             (Op::MaxPool(p) | Op::AvgPool(p), _) => {
                 let (k, s, pad) = (p.kernel as i64, p.stride as i64, p.padding as i64);
+                let end = pad + p.end as i64;
                 let kind = node.op.kind();
                 out.node(
                     kind,
@@ -209,7 +211,7 @@ pub fn model_with(
                     vec![
                         ints("kernel_shape", &[k, k]),
                         ints("strides", &[s, s]),
-                        ints("pads", &[pad, pad, pad, pad]),
+                        ints("pads", &[pad, pad, end, end]),
                     ],
                 );
             }
@@ -326,6 +328,15 @@ pub fn model_with(
                 );
                 out.node("Reshape", &name, vec![moved, shape], vec![]);
             }
+            (
+                Op::Pad(_)
+                | Op::Softmax
+                | Op::Lrn { .. }
+                | Op::ChannelShuffle { .. }
+                | Op::HardSigmoid { .. }
+                | Op::HardSwish,
+                None,
+            ) => out.imported(graph, id, &name, inputs),
             (op, _) => anyhow::bail!("weights do not match node {} ({op:?})", node.name),
         }
     }
