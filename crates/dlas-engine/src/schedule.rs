@@ -122,7 +122,7 @@ impl Default for SpatialPackSchedule {
 
 /// Winograd F(4x4, 3x3): per pass, `tile_block` output tiles of 4x4 pixels
 /// are transformed, multiplied point by point as 36 GEMMs (output channels
-/// x input channels times input channels x tiles) on the GEMM's `mr` x
+/// x input channels times input channels x tiles, or transposed) on the GEMM's `mr` x
 /// `nr` microkernels with reduction blocks of `kc` input channels, and
 /// transformed back. `tile_block` trades the size of the transformed input
 /// and products (36 x channels x tiles each, which should stay in cache)
@@ -134,6 +134,9 @@ pub struct WinogradSchedule {
     pub nr: usize,
     pub kc: usize,
     pub tile_block: usize,
+    /// What the products' `nr` columns run along: tiles (`Spatial`) or
+    /// output channels.
+    pub vectors: VectorAxis,
 }
 
 impl Default for WinogradSchedule {
@@ -145,6 +148,7 @@ impl Default for WinogradSchedule {
             nr: g.nr,
             kc: g.kc,
             tile_block: 64,
+            vectors: VectorAxis::Spatial,
         }
     }
 }

@@ -47,8 +47,9 @@ pub(crate) fn default_schedule(
 /// L2 and the output transform reads M from it.
 const WINOGRAD_PASS_BYTES: usize = 1 << 20;
 
-/// The untuned Winograd schedule: the GEMM's untuned tile for the products'
-/// shape (output channels x tiles, vectors along tiles), and as many tiles a
+/// The untuned Winograd schedule: the GEMM's untuned tile and orientation
+/// for the products' shape (output channels x tiles: on a small map the
+/// vectors run along channels), and as many tiles a
 /// pass as keep the pass's 36 x (in + out channels) values a tile within
 /// [`WINOGRAD_PASS_BYTES`], rounded to whole `nr` panels and at least one.
 pub(crate) fn default_winograd(w: &Workload, threads: usize) -> WinogradSchedule {
@@ -62,6 +63,7 @@ pub(crate) fn default_winograd(w: &Workload, threads: usize) -> WinogradSchedule
         nr: g.nr,
         kc: g.kc,
         tile_block: fit.max(g.nr).min(tiles),
+        vectors: g.vectors,
     }
 }
 

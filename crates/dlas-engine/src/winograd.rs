@@ -5,7 +5,10 @@
 //! pair instead of 144, at the price of three transforms. Summed over input
 //! channels, the 36 point-wise products are 36 independent matrix products
 //! M[ξ] = U[ξ] V[ξ] (output channels x input channels times input channels
-//! x tiles), which run on the GEMM driver and its microkernels (`gemm`).
+//! x tiles), which run on the GEMM driver and its microkernels (`gemm`),
+//! vectorised along tiles or, transposed (Mᵀ = Vᵀ Uᵀ), along output
+//! channels, as the schedule says: a small map has fewer tiles than a
+//! vector has lanes (one tile at 4x4).
 //!
 //! The weight transform U = G g Gᵀ is done once, at load, in f64 and
 //! packed into the GEMM's `mr` panels. There is no fp16 Winograd: stored
@@ -26,7 +29,7 @@
 //! layer, and under 3e-6 over a thousand random layers.
 
 use crate::epilogue::{Epilogue, SyncPtr};
-use crate::gemm::{BSource, Finishing, Panels, gemm, pack_panels, with_kept_buffer};
+use crate::gemm::{BSource, Finishing, Panels, PanelsRef, gemm, pack_panels, with_kept_buffer};
 use crate::isa::Isa;
 use crate::schedule::{GemmSchedule, ParallelLoop, VectorAxis, WinogradSchedule};
 use crate::workload::Workload;
@@ -119,7 +122,8 @@ pub(crate) struct WinogradConv {
     s: WinogradSchedule,
     nhwc: bool,
     isa: Isa,
-    /// U[ξ] (output channels x input channels) per point, in `mr` panels.
+    /// U[ξ] (output channels x input channels) per point, packed for the
+    /// schedule's orientation.
     u: Vec<Panels>,
 }
 
@@ -142,10 +146,16 @@ impl WinogradConv {
                 u[xi * k * c + oc_ic] = v;
             }
         }
+        // A's `mr` panels (rows: output channels) when tiles are
+        // vectorised, else B's `nr` panels (columns: output channels).
+        let width = match s.vectors {
+            VectorAxis::Spatial => s.mr,
+            VectorAxis::OutputChannels => s.nr,
+        };
         let u = (0..POINTS)
             .map(|xi| {
                 let ux = &u[xi * k * c..(xi + 1) * k * c];
-                Panels::new(pack_panels(k, c, s.mr, |o, ic| ux[o * c + ic]), false)
+                Panels::new(pack_panels(k, c, width, |o, ic| ux[o * c + ic]), false)
             })
             .collect();
         WinogradConv { w, s, nhwc, isa, u }
@@ -156,6 +166,46 @@ impl WinogradConv {
         (self.w.out_h.div_ceil(M), self.w.out_w.div_ceil(M))
     }
 
+    /// Whether the products vectorise output channels (C = Vᵀ Uᵀ, tiles x
+    /// channels) rather than tiles (C = U V, channels x tiles).
+    fn by_channels(&self) -> bool {
+        self.s.vectors == VectorAxis::OutputChannels
+    }
+
+    /// Where a pass of `n` tiles keeps its values: V[ξ] starts at
+    /// ξ * `v_point`, M[ξ] at ξ * `k * n`; within V[ξ], (input channel,
+    /// tile) is at `v_at`, within M[ξ] (output channel, tile) at `m_at`.
+    /// With tiles vectorised V[ξ] is B, input channels x tiles row-major,
+    /// and M[ξ] is channels x tiles; with channels vectorised V[ξ] is A,
+    /// packed in panels of `mr` tiles, and M[ξ] is tiles x channels.
+    fn v_point(&self, n: usize) -> usize {
+        let c = self.w.in_channels;
+        if self.by_channels() {
+            n.next_multiple_of(self.s.mr) * c
+        } else {
+            c * n
+        }
+    }
+
+    #[inline(always)]
+    fn v_at(&self, n: usize, ic: usize, j: usize) -> usize {
+        let (c, mr) = (self.w.in_channels, self.s.mr);
+        if self.by_channels() {
+            ((j / mr) * c + ic) * mr + j % mr
+        } else {
+            ic * n + j
+        }
+    }
+
+    #[inline(always)]
+    fn m_at(&self, n: usize, oc: usize, j: usize) -> usize {
+        if self.by_channels() {
+            j * self.w.out_channels + oc
+        } else {
+            oc * n + j
+        }
+    }
+
     /// One sample: `input` and `out` in the layout the layer was built for.
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
         let (c, k) = (self.w.in_channels, self.w.out_channels);
@@ -163,22 +213,24 @@ impl WinogradConv {
         let tiles = th * tw;
         let block = self.s.tile_block.min(tiles);
         let s = &self.s;
-        // The products: every row of U[ξ] against the block's tiles; the
-        // 36 GEMMs are the parallel loop's first split, their row blocks
-        // the second.
-        let gs = GemmSchedule {
-            mr: s.mr,
-            nr: s.nr,
-            kc: s.kc,
-            mc: s.mr * k.div_ceil(s.mr).min(8),
-            nc: block.next_multiple_of(s.nr),
-            parallel: ParallelLoop::OutputChannels,
-            vectors: VectorAxis::Spatial,
+        // The 36 GEMMs are the parallel loop's first split, and blocks of
+        // the vectorised dimension the second.
+        let gs = |n: usize| {
+            let (rows, cols) = if self.by_channels() { (n, k) } else { (k, n) };
+            GemmSchedule {
+                mr: s.mr,
+                nr: s.nr,
+                kc: s.kc,
+                mc: rows.next_multiple_of(s.mr),
+                nc: s.nr * cols.div_ceil(s.nr).min(4),
+                parallel: ParallelLoop::Spatial,
+                vectors: VectorAxis::Spatial,
+            }
         };
         let out = SyncPtr::new(out);
         with_kept_buffer(|v| {
             with_kept_buffer(|m| {
-                v.resize(POINTS * c * block);
+                v.resize(POINTS * self.v_point(block));
                 m.resize(POINTS * k * block);
                 for t0 in (0..tiles).step_by(block) {
                     let part = t0..tiles.min(t0 + block);
@@ -187,20 +239,20 @@ impl WinogradConv {
                     (0..c)
                         .into_par_iter()
                         .for_each(|ic| self.input_tiles(input, ic, part.clone(), vp));
-                    let mp = SyncPtr::new(m);
-                    let vs: &[f32] = v;
+                    let (mp, vs, gs) = (SyncPtr::new(m), &v[..], gs(n));
+                    let stride = self.v_point(n);
                     (0..POINTS).into_par_iter().for_each(|xi| {
-                        gemm(
-                            &gs,
-                            self.isa,
-                            true,
-                            (k, n, c),
-                            self.u[xi].view(),
-                            BSource::Rows(&vs[xi * c * n..(xi + 1) * c * n]),
-                            mp.offset(xi * k * n),
-                            n,
-                            Finishing::Blocks(&|_, _| {}),
-                        )
+                        let vx = &vs[xi * stride..(xi + 1) * stride];
+                        let (shape, a, b) = if self.by_channels() {
+                            let b = BSource::Panels(self.u[xi].view());
+                            ((n, k, c), PanelsRef::F32(vx), b)
+                        } else {
+                            ((k, n, c), self.u[xi].view(), BSource::Rows(vx))
+                        };
+                        let ldc = shape.1;
+                        let c = mp.offset(xi * k * n);
+                        let finishing = Finishing::Blocks(&|_, _| {});
+                        gemm(&gs, self.isa, false, shape, a, b, c, ldc, finishing)
                     });
                     let ms: &[f32] = m;
                     (0..k)
@@ -211,11 +263,12 @@ impl WinogradConv {
         })
     }
 
-    /// Transforms input channel `ic` of the tiles `part` into V, which
-    /// holds the block's n tiles as V[ξ][ic][t] (rows of B for GEMM ξ).
+    /// Transforms input channel `ic` of the tiles `part` into V (see
+    /// [`WinogradConv::v_point`]).
     fn input_tiles(&self, input: &[f32], ic: usize, part: Range<usize>, v: SyncPtr) {
         let w = &self.w;
         let (c, n, (_, tw)) = (w.in_channels, part.len(), self.tiles());
+        let stride = self.v_point(n);
         let (h, wd, p) = (w.in_h as isize, w.in_w as isize, w.padding as isize);
         let at = |y: usize, x: usize| {
             if self.nhwc {
@@ -240,10 +293,11 @@ impl WinogradConv {
                 }
             }
             let tv = transform_input(&d);
+            let at_v = self.v_at(n, ic, j);
             for (xi, value) in tv.iter().flatten().enumerate() {
-                // SAFETY: (ξ, ic, j) is inside the block's 36 x c x n values
-                // and only this task transforms channel ic.
-                unsafe { *v.get().add((xi * c + ic) * n + j) = *value };
+                // SAFETY: (ξ, ic, j) is inside the pass's values and only
+                // this task transforms channel ic.
+                unsafe { *v.get().add(xi * stride + at_v) = *value };
             }
         }
     }
@@ -269,7 +323,8 @@ impl WinogradConv {
             }
         };
         for (j, t) in part.enumerate() {
-            let prods: [f32; POINTS] = std::array::from_fn(|xi| m[(xi * k + oc) * n + j]);
+            let at_m = self.m_at(n, oc, j);
+            let prods: [f32; POINTS] = std::array::from_fn(|xi| m[xi * k * n + at_m]);
             let y = transform_output(&prods);
             let (y0, x0) = ((t / tw) * M, (t % tw) * M);
             for (dy, row) in y.iter().enumerate().take(w.out_h - y0) {
@@ -333,13 +388,15 @@ mod tests {
             w in winograd_workload(),
             tile in 0..GEMM_TILES.len(),
             (kc, tile_block) in (1usize..5, 1usize..40),
+            by_channels in any::<bool>(),
             nhwc in any::<bool>(),
             act in testing::activation(),
             residual in any::<bool>(),
             seed in any::<u64>(),
         ) {
             let (mr, nr) = GEMM_TILES[tile];
-            let s = WinogradSchedule { mr, nr, kc: 8 * kc, tile_block };
+            let vectors = if by_channels { VectorAxis::OutputChannels } else { VectorAxis::Spatial };
+            let s = WinogradSchedule { mr, nr, kc: 8 * kc, tile_block, vectors };
             let weights = testing::weights(&w, seed);
             for isa in Isa::available() {
                 let (needed, available) = tile_registers(mr, nr, isa);

@@ -535,7 +535,10 @@ proptest! {
             Schedule::SpatialPack(SpatialPackSchedule {
                 vc: dlas_engine::schedule::SPATIAL_PACK_VC[vc], vh: a, vw: b, parallel,
             }),
-            Schedule::Winograd(WinogradSchedule { mr, nr, kc: 8 * kc, tile_block: a * b }),
+            Schedule::Winograd(WinogradSchedule {
+                mr, nr, kc: 8 * kc, tile_block: a * b,
+                vectors: if vc % 2 == 0 { VectorAxis::Spatial } else { VectorAxis::OutputChannels },
+            }),
         ];
         let format = if sparse { FormatChoice::Bsr { rows: 2, cols: 3 } } else { FormatChoice::Dense };
         for s in schedules {
