@@ -126,6 +126,19 @@ closed_axis!(
     }
 );
 
+impl Algorithm {
+    /// The algorithms the DLAS paper compared. Its observations and "best
+    /// algorithm" comparisons are checked over these, so that winograd,
+    /// this reproduction's addition, is reported beside them without
+    /// changing what the paper's claims are tested on.
+    pub const DLAS: [Algorithm; 3] = [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack];
+
+    /// Whether the DLAS paper compared this algorithm (see [`Algorithm::DLAS`]).
+    pub fn in_dlas_paper(self) -> bool {
+        Algorithm::DLAS.contains(&self)
+    }
+}
+
 closed_axis!(
     /// How weights are stored: dense, or a sparse format that skips zeros.
     Format, "format", {
