@@ -28,7 +28,7 @@ use crate::efficiency::{Features, class_of, peak_macs};
 use crate::spec::{DeviceKind, DeviceSpec};
 use crate::workload::{Kernel, KernelKind, Workload};
 use crate::{Device, Unsupported};
-use dlas_core::calibration::{KernelFamily, Precision};
+use dlas_core::calibration::{KernelFamily, Precision, winograd_macs, winograd_tiles};
 use dlas_core::{Algorithm, Combination, Compression};
 use rand_distr::{Distribution, LogNormal};
 
@@ -109,19 +109,33 @@ impl MockDevice {
             KernelKind::Memory => return Ok(io_bytes / dram + launch),
         };
         let sparse = c.format.is_sparse();
-        let macs = k.macs * batch * if sparse { k.density } else { 1.0 };
+        let winograd = winograd_layer(c, w, k);
+        let macs = match winograd {
+            Some(conv) => winograd_macs(conv.in_channels, conv.out_channels, k.out_hw) * batch,
+            None => k.macs * batch * if sparse { k.density } else { 1.0 },
+        };
         let weight_bytes = if sparse {
             // CSR: a value and a 4-byte column index per non-zero, a 4-byte pointer per row.
             k.weight_elems * k.density * (value_bytes + 4.0) + 4.0 * (out_channels + 1) as f64
+        } else if winograd.is_some() {
+            // The transformed weights: 36 values for every 9.
+            4.0 * k.weight_elems * value_bytes
         } else {
             k.weight_elems * value_bytes
         };
         if s.kind == DeviceKind::Cpu {
-            let rate = self.cpu_mac_rate(c, w, k, out_channels)?;
+            let (rate, calibrated) = self.cpu_mac_rate(c, w, k, out_channels)?;
             let memory = (io_bytes + weight_bytes) / dram;
-            return Ok((macs / rate).max(memory) + launch);
+            // A calibrated Winograd curve has the transforms in its times;
+            // the GEMM curve that stands in for it until then does not.
+            let transforms = match winograd {
+                Some(conv) if !calibrated => transform_bytes(conv, k, batch, value_bytes) / dram,
+                _ => 0.0,
+            };
+            return Ok((macs / rate).max(memory) + transforms + launch);
         }
-        let (extra_bytes, extra_launches) = self.algorithm_traffic(c, k, batch, value_bytes);
+        let (extra_bytes, extra_launches) =
+            self.algorithm_traffic(c, k, batch, value_bytes, winograd.is_some());
         let bytes = io_bytes + weight_bytes + extra_bytes;
         let rate = self.gpu_mac_rate(c, k, w.batch) * dtype_rate(s, w.compression);
         let memory = if c.tuned {
@@ -136,14 +150,19 @@ impl MockDevice {
 
     /// MACs per second the engine's kernel reaches on one CPU kernel: the
     /// device's peak for the cores its output channels keep busy, times the
-    /// calibrated efficiency of the kernel class on this shape.
+    /// calibrated efficiency of the kernel class on this shape; and whether
+    /// the class was calibrated itself. A Winograd layer's MACs are its
+    /// point-wise products, which until the calibration times a Winograd
+    /// class take the GEMM curve at their shape (36 GEMMs of output
+    /// channels x input channels x tiles, run by the GEMM's microkernels);
+    /// the layers Winograd does not compute run the gemm's kernels.
     fn cpu_mac_rate(
         &self,
         c: &Combination,
         w: &Workload,
         k: &Kernel,
         out_channels: usize,
-    ) -> Result<f64, Unsupported> {
+    ) -> Result<(f64, bool), Unsupported> {
         let efficiency = self.spec.efficiency.as_ref().ok_or_else(|| {
             Unsupported(format!(
                 "device `{}` has no kernel efficiency curves (`dlas devices calibrate`)",
@@ -155,6 +174,8 @@ impl MockDevice {
             Algorithm::Direct => KernelFamily::Direct,
             Algorithm::Gemm => KernelFamily::Gemm,
             Algorithm::SpatialPack => KernelFamily::SpatialPack,
+            Algorithm::Winograd if winograd_layer(c, w, k).is_some() => KernelFamily::Winograd,
+            Algorithm::Winograd => KernelFamily::Gemm,
             Algorithm::Auto => unreachable!("refused by predict"),
         };
         let sparse = c.format.is_sparse();
@@ -183,18 +204,29 @@ impl MockDevice {
                 false,
             ),
         };
-        let class = class_of(family, depthwise, sparse, precision, c.tuned);
+        let (mut class, mut features) = (
+            class_of(family, depthwise, sparse, precision, c.tuned),
+            features,
+        );
+        let calibrated = efficiency.of(class, &features).is_some();
+        if let (Some(conv), false) = (winograd_layer(c, w, k), calibrated) {
+            class.family = KernelFamily::Gemm;
+            features.out_pixels = winograd_tiles(k.out_hw) as f64 * batch;
+            features.in_channels_per_group = conv.in_channels as f64;
+            features.kernel_area = 1.0;
+        }
         let e = efficiency.of(class, &features).ok_or_else(|| {
             Unsupported(format!(
                 "the calibration has no curve for kernel class {class}"
             ))
         })?;
-        Ok(peak_macs(
+        let peak = peak_macs(
             &self.spec,
             precision,
             out_channels * w.batch,
             self.spec.cores,
-        ) * e)
+        );
+        Ok((peak * e, calibrated))
     }
 
     /// Whether the network's weights exceed the last-level cache, so that
@@ -217,8 +249,17 @@ impl MockDevice {
         bytes > (self.spec.llc_kib * 1024) as f64
     }
 
-    /// Bytes an algorithm moves beyond compulsory traffic, and extra kernels it launches.
-    fn algorithm_traffic(&self, c: &Combination, k: &Kernel, batch: f64, vb: f64) -> (f64, f64) {
+    /// Bytes an algorithm moves beyond compulsory traffic, and extra kernels
+    /// it launches (`winograd`: the layer runs as Winograd, see
+    /// [`winograd_layer`]; under winograd the other layers run as gemm).
+    fn algorithm_traffic(
+        &self,
+        c: &Combination,
+        k: &Kernel,
+        batch: f64,
+        vb: f64,
+        winograd: bool,
+    ) -> (f64, f64) {
         let KernelKind::Conv(conv) = &k.kind else {
             return (0.0, 0.0);
         };
@@ -227,7 +268,12 @@ impl MockDevice {
         let input_bytes = k.input_elems * batch * vb;
         let cores = self.spec.cores as f64;
         match c.algorithm {
-            Algorithm::Gemm => {
+            Algorithm::Winograd if winograd => {
+                // Three kernels (input transform, products, output
+                // transform) instead of one.
+                (transform_bytes(conv, k, batch, vb), 2.0)
+            }
+            Algorithm::Gemm | Algorithm::Winograd => {
                 // im2col writes a (k*k*ic) x (oh*ow) matrix and the GEMM reads it back.
                 let cols =
                     (conv.kernel * conv.kernel * conv.in_channels * oh * ow) as f64 * batch * vb;
@@ -266,6 +312,33 @@ impl MockDevice {
         };
         lanes * busy * per_lane * s.clock_ghz * 1e9
     }
+}
+
+/// The convolution of kernel `k` if the engine runs it as Winograd under
+/// `c`: the winograd algorithm, dense fp32 weights, 3x3 stride 1 and one
+/// group (the engine runs every other layer as the gemm would).
+fn winograd_layer<'a>(c: &Combination, w: &Workload, k: &'a Kernel) -> Option<&'a dlas_zoo::Conv> {
+    match &k.kind {
+        KernelKind::Conv(conv)
+            if c.algorithm == Algorithm::Winograd
+                && !c.format.is_sparse()
+                && precision_of(w.compression) == Precision::F32
+                && conv.kernel == 3
+                && conv.stride == 1
+                && conv.groups == 1 =>
+        {
+            Some(conv)
+        }
+        _ => None,
+    }
+}
+
+/// Bytes Winograd's transforms add to a layer: the transformed input (36
+/// values per tile and input channel) and the products (36 per tile and
+/// output channel), each written once and read back once.
+fn transform_bytes(conv: &dlas_zoo::Conv, k: &Kernel, batch: f64, value_bytes: f64) -> f64 {
+    let values = 36.0 * (conv.in_channels + conv.out_channels) as f64;
+    2.0 * values * winograd_tiles(k.out_hw) as f64 * batch * value_bytes
 }
 
 /// The precision the engine computes a compression in.

@@ -16,7 +16,12 @@ fn combinations(spec: &DeviceSpec) -> Vec<Combination> {
     let mut out = Vec::new();
     for net in dlas_zoo::all() {
         for compression in Compression::ALL {
-            for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
+            for algorithm in [
+                Algorithm::Direct,
+                Algorithm::Gemm,
+                Algorithm::SpatialPack,
+                Algorithm::Winograd,
+            ] {
                 let format = if compression.is_pruning() {
                     Format::Csr
                 } else {

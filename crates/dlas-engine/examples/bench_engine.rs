@@ -1,7 +1,8 @@
 //! Engine benchmark: this machine's fp32 FMA peak (with the widest FMA the
 //! kernels use), then GFLOP/s and % of peak per layer of ResNet-18
-//! (CIFAR-10) and per network (ResNet-18 CIFAR-10; MobileNetV2, ResNet-50
-//! and ViT-S/16 ImageNet) for every algorithm, MobileNetV2's time by
+//! (CIFAR-10, with Winograd's speed-up over the gemm on the 3x3 stride-1
+//! layers it computes) and per network (ResNet-18 CIFAR-10; MobileNetV2,
+//! ResNet-50 and ViT-S/16 ImageNet) for every algorithm, MobileNetV2's time by
 //! layer kind, and dense vs CSR vs BSR at 90% sparsity (unstructured, and
 //! pruned in the BSR block shape).
 //!
@@ -18,10 +19,11 @@ use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
 const THREADS: usize = 2;
-const ALGORITHMS: [KernelAlgorithm; 3] = [
+const ALGORITHMS: [KernelAlgorithm; 4] = [
     KernelAlgorithm::Direct,
     KernelAlgorithm::Gemm,
     KernelAlgorithm::SpatialPack,
+    KernelAlgorithm::Winograd,
 ];
 
 /// Independent FMA chains per thread: more than latency (4) x ports (2).
@@ -230,8 +232,11 @@ fn main() -> anyhow::Result<()> {
             gemm_candidates(engines[0].layers().next().expect("a layer").workload()).len()
         );
         println!(
-            "{:<34} {:>14} {:>14} {:>14} {:>14}",
-            "layer", "direct", "gemm", "spatial-pack", "gemm*"
+            "winograd: (gemm) where the layer is not 3x3 stride 1 and runs the gemm; gemm/wino = gemm's time over winograd's"
+        );
+        println!(
+            "{:<34} {:>14} {:>14} {:>14} {:>14} {:>9} {:>14}",
+            "layer", "direct", "gemm", "spatial-pack", "winograd", "gemm/wino", "gemm*"
         );
         let layers: Vec<Vec<&Conv2d>> = engines.iter().map(|e| e.layers().collect()).collect();
         for i in 0..layers[0].len() {
@@ -242,11 +247,21 @@ fn main() -> anyhow::Result<()> {
             let gf = |t: f64| w.flops() as f64 / t / 1e9;
             let cell = |t: f64| format!("{:.1} ({:.0}%)", gf(t), 100.0 * gf(t) / peak);
             let mut row = format!("{:<34}", w.to_string());
+            let mut times = Vec::new();
             for per_alg in &layers {
                 let t = median(runs, || {
                     std::hint::black_box(per_alg[i].run(&pool, &x, 1));
                 });
+                times.push(t);
                 row += &format!(" {:>14}", cell(t));
+            }
+            // Winograd's column and its speed-up over the gemm, measured
+            // in the same run.
+            if layers[3][i].kernel_name() == "winograd" {
+                row += &format!(" {:>8.2}x", times[1] / times[3]);
+            } else {
+                row.truncate(row.len() - 14);
+                row += &format!(" {:>14} {:>9}", "(gemm)", "-");
             }
             // Per-layer tuning among a few gemm schedules (folded weights of the dense gemm layer
             // are not exposed, so the tuned layers use the layer's raw shape with random weights).
@@ -272,8 +287,8 @@ fn main() -> anyhow::Result<()> {
     if want("networks") {
         println!("\nWhole networks, batch 1, {THREADS} threads: ms (GFLOP/s, % of peak)");
         println!(
-            "{:<24} {:>22} {:>22} {:>22}",
-            "network", "direct", "gemm", "spatial-pack"
+            "{:<24} {:>22} {:>22} {:>22} {:>22}",
+            "network", "direct", "gemm", "spatial-pack", "winograd"
         );
         for (dataset, name) in [
             (Dataset::Cifar10, "resnet18"),
@@ -392,7 +407,12 @@ fn main() -> anyhow::Result<()> {
             print!(" {n:>9}");
         }
         println!();
-        for a in ALGORITHMS {
+        // Winograd runs sparse weights as the gemm: its rows would repeat
+        // the gemm's.
+        for a in ALGORITHMS
+            .into_iter()
+            .filter(|&a| a != KernelAlgorithm::Winograd)
+        {
             let mut logsum = vec![0.0f64; cases.len()];
             let mut count = 0;
             // Per case: the dense and sparse engines on the same pruned weights.

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A convolution algorithm the engine has kernels for. Its serialised and
-/// displayed names are the study's (`direct`, `gemm`, `spatial-pack`), so
+/// displayed names are the study's (`direct`, `gemm`, `spatial-pack`,
+/// `winograd`), so
 /// tuning records written with `dlas_core::Algorithm` read back unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -15,14 +16,23 @@ pub enum KernelAlgorithm {
     Direct,
     Gemm,
     SpatialPack,
+    /// Winograd F(4x4, 3x3); layers it cannot run fall back (see
+    /// `LayerKey::of`).
+    Winograd,
 }
 
 impl KernelAlgorithm {
-    pub const ALL: [KernelAlgorithm; 3] = [
+    pub const ALL: [KernelAlgorithm; 4] = [
         KernelAlgorithm::Direct,
         KernelAlgorithm::Gemm,
         KernelAlgorithm::SpatialPack,
+        KernelAlgorithm::Winograd,
     ];
+
+    /// Whether the algorithm has NHWC kernels (for dense weights).
+    pub fn has_nhwc(self) -> bool {
+        matches!(self, KernelAlgorithm::Gemm | KernelAlgorithm::Winograd)
+    }
 
     /// The study's member of the same name.
     pub fn study(self) -> Algorithm {
@@ -30,6 +40,7 @@ impl KernelAlgorithm {
             KernelAlgorithm::Direct => Algorithm::Direct,
             KernelAlgorithm::Gemm => Algorithm::Gemm,
             KernelAlgorithm::SpatialPack => Algorithm::SpatialPack,
+            KernelAlgorithm::Winograd => Algorithm::Winograd,
         }
     }
 }
@@ -56,6 +67,7 @@ impl TryFrom<Algorithm> for KernelAlgorithm {
             Algorithm::Direct => Ok(KernelAlgorithm::Direct),
             Algorithm::Gemm => Ok(KernelAlgorithm::Gemm),
             Algorithm::SpatialPack => Ok(KernelAlgorithm::SpatialPack),
+            Algorithm::Winograd => Ok(KernelAlgorithm::Winograd),
             Algorithm::Auto => Err(AutoAlgorithm),
         }
     }
@@ -83,7 +95,7 @@ mod tests {
                     assert_eq!(
                         e.to_string(),
                         "algorithm `auto` means the runtime picks its kernels; \
-                         the native engine needs one of direct, gemm, spatial-pack"
+                         the native engine needs one of direct, gemm, spatial-pack, winograd"
                     );
                 }
             }

@@ -72,7 +72,9 @@ impl Default for EngineConfig {
 /// A configuration the engine cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("layout nhwc is implemented by the gemm algorithm with dense weights only (got {0})")]
+    #[error(
+        "layout nhwc is implemented by the gemm and winograd algorithms with dense weights only (got {0})"
+    )]
     Nhwc(String),
     #[error("fp16 is implemented for dense weights only (got {0})")]
     F16(String),

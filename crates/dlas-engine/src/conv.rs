@@ -12,6 +12,7 @@ use crate::isa::Isa;
 use crate::lowering::LayerKey;
 use crate::schedule::Schedule;
 use crate::spatial_pack::SpatialPackConv;
+use crate::winograd::WinogradConv;
 use crate::workload::Workload;
 use dlas_core::{Format, Layout};
 use dlas_zoo::quant::ActivationQuant;
@@ -23,6 +24,7 @@ enum Kernel {
     Direct(DirectConv),
     Gemm(GemmConv),
     SpatialPack(SpatialPackConv),
+    Winograd(WinogradConv),
 }
 
 /// A packed convolution (with bias and activation) ready to run.
@@ -87,6 +89,9 @@ impl Conv2d {
             )),
             (KernelAlgorithm::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, key.blocks, half))
+            }
+            (KernelAlgorithm::Winograd, Schedule::Winograd(s)) => {
+                Kernel::Winograd(WinogradConv::new(w, s, weights, nhwc, Isa::detect()))
             }
             (algorithm, s) => {
                 return Err(ConfigError::ScheduleMismatch {
@@ -161,6 +166,7 @@ impl Conv2d {
             Kernel::Direct(_) => "direct",
             Kernel::Gemm(_) => "gemm",
             Kernel::SpatialPack(_) => "spatial-pack",
+            Kernel::Winograd(_) => "winograd",
         }
     }
 
@@ -199,6 +205,7 @@ impl Conv2d {
             Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
             Kernel::Gemm(k) => k.run(input, out, &self.epi, residual),
             Kernel::SpatialPack(k) => k.run(input, out, &self.epi, residual),
+            Kernel::Winograd(k) => k.run(input, out, &self.epi, residual),
             Kernel::Int8(_) => panic!("an int8 layer takes int8 activations: use Conv2d::run_i8"),
         }
     }

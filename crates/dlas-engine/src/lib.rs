@@ -4,7 +4,8 @@
 //! It exists so the backend axes of the study (algorithm, weight format,
 //! layout, schedule) are real code paths whose cost can be measured, not
 //! labels on someone else's runtime. Each convolution algorithm lives in its
-//! own module (`direct`, `gemm`, `spatial_pack`, `depthwise` for the layers
+//! own module (`direct`, `gemm`, `spatial_pack`, `winograd` for 3x3
+//! stride-1 layers, `depthwise` for the layers
 //! every algorithm runs as stencils, and `int8` for quantised GEMM) beside
 //! the f64 reference in `dlas_zoo::reference` that tests hold them to; the
 //! knobs of each are values ([`Schedule`]) so a tuner can search them.
@@ -65,6 +66,7 @@ mod tokens;
 pub mod tuning;
 mod untuned;
 mod weights;
+mod winograd;
 pub mod workload;
 
 pub use algorithm::{AutoAlgorithm, KernelAlgorithm};
@@ -75,7 +77,7 @@ pub use epilogue::Activation;
 pub use lowering::LayerKey;
 pub use schedule::{
     DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
-    VectorAxis,
+    VectorAxis, WinogradSchedule,
 };
 pub use tuning::ScheduleTable;
 pub use workload::{Workload, workload_of};

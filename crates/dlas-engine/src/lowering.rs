@@ -12,6 +12,7 @@ use crate::depthwise::MAX_TAPS;
 use crate::schedule::Schedule;
 use crate::sparse::{block_fill, density};
 use crate::untuned::default_schedule;
+use crate::winograd;
 use crate::workload::Workload;
 use dlas_core::{Format, Layout};
 use serde::{Deserialize, Serialize};
@@ -31,7 +32,8 @@ pub struct LayerKey {
     pub workload: Workload,
     /// The algorithm whose kernel runs the layer: the configured one, or
     /// direct for depthwise fp32 NCHW layers and depthwise fp16 ones not
-    /// under gemm (see [`LayerKey::of`]).
+    /// under gemm, or gemm for the layers winograd does not compute (see
+    /// [`LayerKey::of`]).
     pub kernel: KernelAlgorithm,
     /// The weight format as BSR block shape of sparse weights (1x1 is
     /// CSR); `None` is dense.
@@ -55,7 +57,16 @@ impl LayerKey {
     /// fp16 kernel), and int8 picks its own depthwise kernel under every
     /// algorithm (see `Int8Conv`).
     ///
-    /// fp16 and int8 need dense weights, int8 also the NCHW layout.
+    /// Winograd computes 3x3 stride-1 ungrouped layers with dense fp32
+    /// weights in either layout; every other layer of a Winograd
+    /// configuration runs the kernel it would run under gemm (sparse
+    /// weights the sparse GEMM, int8 the int8 GEMM, fp16 the fp16 GEMM
+    /// (f16 transformed weights lose too much: see `winograd`), depthwise
+    /// fp32 NCHW layers direct like every algorithm's, the rest the dense
+    /// GEMM), as a Winograd library hands such layers to its GEMM.
+    ///
+    /// fp16 and int8 need dense weights, int8 also the NCHW layout; NHWC
+    /// runs under gemm and winograd with dense weights.
     pub fn of(
         w: Workload,
         weights: &[f32],
@@ -68,6 +79,7 @@ impl LayerKey {
             Some(_) => "sparse weights".to_string(),
             None => algorithm.to_string(),
         };
+        let winograd = algorithm == KernelAlgorithm::Winograd;
         let kernel = match config.dtype {
             DType::I8 => {
                 if blocks.is_some() || nhwc {
@@ -75,14 +87,22 @@ impl LayerKey {
                     let what = format!("{algorithm} {format} {}", config.layout);
                     return Err(ConfigError::I8(what));
                 }
-                algorithm
+                if winograd {
+                    KernelAlgorithm::Gemm
+                } else {
+                    algorithm
+                }
             }
-            _ if nhwc && (algorithm != KernelAlgorithm::Gemm || blocks.is_some()) => {
+            _ if nhwc && (!algorithm.has_nhwc() || blocks.is_some()) => {
                 return Err(ConfigError::Nhwc(what()));
             }
             DType::F16 if blocks.is_some() => return Err(ConfigError::F16(what())),
             DType::F16 if algorithm == KernelAlgorithm::Gemm => algorithm,
+            DType::F16 if winograd => KernelAlgorithm::Gemm,
             DType::F32 | DType::F16 if w.is_depthwise() && !nhwc => KernelAlgorithm::Direct,
+            DType::F32 if winograd && (blocks.is_some() || !winograd::fits(&w)) => {
+                KernelAlgorithm::Gemm
+            }
             DType::F32 | DType::F16 => algorithm,
         };
         Ok(LayerKey {

@@ -120,6 +120,39 @@ impl Default for SpatialPackSchedule {
     }
 }
 
+/// Winograd F(4x4, 3x3): per pass, `tile_block` output tiles of 4x4 pixels
+/// are transformed, multiplied point by point as 36 GEMMs (output channels
+/// x input channels times input channels x tiles, or transposed) on the GEMM's `mr` x
+/// `nr` microkernels with reduction blocks of `kc` input channels, and
+/// transformed back. `tile_block` trades the size of the transformed input
+/// and products (36 x channels x tiles each, which should stay in cache)
+/// against the width of the GEMMs (a block narrower than `nr` leaves the
+/// microkernel's vectors partly empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WinogradSchedule {
+    pub mr: usize,
+    pub nr: usize,
+    pub kc: usize,
+    pub tile_block: usize,
+    /// What the products' `nr` columns run along: tiles (`Spatial`) or
+    /// output channels.
+    pub vectors: VectorAxis,
+}
+
+impl Default for WinogradSchedule {
+    /// The GEMM's untuned tile and `kc`, and 64 tiles (a 32x32 map) a pass.
+    fn default() -> Self {
+        let g = GemmSchedule::default();
+        WinogradSchedule {
+            mr: g.mr,
+            nr: g.nr,
+            kc: g.kc,
+            tile_block: 64,
+            vectors: VectorAxis::Spatial,
+        }
+    }
+}
+
 /// The schedule of one algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "algorithm", rename_all = "kebab-case")]
@@ -127,6 +160,7 @@ pub enum Schedule {
     Direct(DirectSchedule),
     Gemm(GemmSchedule),
     SpatialPack(SpatialPackSchedule),
+    Winograd(WinogradSchedule),
 }
 
 /// Why a schedule cannot run a workload.
@@ -155,6 +189,7 @@ impl Schedule {
             Schedule::Direct(_) => KernelAlgorithm::Direct,
             Schedule::Gemm(_) => KernelAlgorithm::Gemm,
             Schedule::SpatialPack(_) => KernelAlgorithm::SpatialPack,
+            Schedule::Winograd(_) => KernelAlgorithm::Winograd,
         }
     }
 
@@ -187,11 +222,8 @@ impl Schedule {
                         s.mr, s.nr
                     ));
                 }
-                let (needed, available) = tile_registers(s.mr, s.nr, Isa::detect());
-                if needed > available {
-                    return reject(format!(
-                        "the tile needs {needed} vector registers ({available} on this CPU)"
-                    ));
+                if let Some(reason) = tile_unfit(s.mr, s.nr) {
+                    return reject(reason);
                 }
                 if s.kc == 0 || s.mc == 0 || s.nc == 0 {
                     return reject("blocks must be positive".into());
@@ -212,6 +244,31 @@ impl Schedule {
                     return reject(format!(
                         "an mc x kc block of A ({} bytes) exceeds the L2 budget",
                         s.kc * s.mc * 4
+                    ));
+                }
+            }
+            Schedule::Winograd(s) => {
+                if !crate::winograd::fits(w) {
+                    return reject(
+                        "Winograd F(4x4, 3x3) runs 3x3 stride-1 ungrouped convolutions only".into(),
+                    );
+                }
+                if !GEMM_TILES.contains(&(s.mr, s.nr)) {
+                    return reject(format!(
+                        "no microkernel for a {}x{} tile (have {GEMM_TILES:?})",
+                        s.mr, s.nr
+                    ));
+                }
+                if let Some(reason) = tile_unfit(s.mr, s.nr) {
+                    return reject(reason);
+                }
+                if s.kc == 0 || s.tile_block == 0 {
+                    return reject("blocks must be positive".into());
+                }
+                if s.kc * s.nr * 4 > L1_BUDGET {
+                    return reject(format!(
+                        "a kc x nr panel of B ({} bytes) exceeds the L1 budget",
+                        s.kc * s.nr * 4
                     ));
                 }
             }
@@ -241,6 +298,13 @@ impl Schedule {
     }
 }
 
+/// Why this CPU cannot run an `mr` x `nr` microkernel, if it cannot.
+fn tile_unfit(mr: usize, nr: usize) -> Option<String> {
+    let (needed, available) = tile_registers(mr, nr, Isa::detect());
+    (needed > available)
+        .then(|| format!("the tile needs {needed} vector registers ({available} on this CPU)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,9 +320,19 @@ mod tests {
             Schedule::Direct(DirectSchedule::default()),
             Schedule::Gemm(GemmSchedule::default()),
             Schedule::SpatialPack(SpatialPackSchedule::default()),
+            Schedule::Winograd(WinogradSchedule::default()),
         ] {
             s.validate(&w).unwrap();
         }
+        let strided = Workload::new(64, 64, 3, 2, 1, 1, 16, 16);
+        let winograd = Schedule::Winograd(WinogradSchedule::default());
+        assert!(
+            winograd
+                .validate(&strided)
+                .unwrap_err()
+                .reason
+                .contains("stride-1")
+        );
     }
 
     #[test]

@@ -112,6 +112,29 @@ pub(crate) fn sparsify(weights: &[f32], fraction: f64, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Runs an NHWC kernel `run(input, out, residual)` on NCHW data: the input
+/// and residual transposed to NHWC, the output back to NCHW, so
+/// [`error`] can hold an NHWC kernel to the NCHW reference.
+pub(crate) fn through_nhwc(
+    w: &Workload,
+    input: &[f32],
+    out: &mut [f32],
+    residual: Option<&[f32]>,
+    run: impl Fn(&[f32], &mut [f32], Option<&[f32]>),
+) {
+    let to_nhwc = |x: &[f32], c: usize, hw: usize| -> Vec<f32> {
+        (0..c * hw).map(|i| x[(i % c) * hw + i / c]).collect()
+    };
+    let (ihw, ohw) = (w.in_h * w.in_w, w.out_pixels());
+    let x = to_nhwc(input, w.in_channels, ihw);
+    let r = residual.map(|r| to_nhwc(r, w.out_channels, ohw));
+    let mut y = vec![f32::NAN; out.len()];
+    run(&x, &mut y, r.as_deref());
+    for (i, &v) in y.iter().enumerate() {
+        out[(i % w.out_channels) * ohw + i / w.out_channels] = v;
+    }
+}
+
 /// Runs one sample through `run(input, out, epilogue, residual)` on a
 /// two-thread pool (an input, bias and, if `with_residual`, residual drawn
 /// from `seed`) and returns its relative L2 error against the f64 reference

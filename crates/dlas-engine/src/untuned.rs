@@ -7,6 +7,7 @@ use crate::algorithm::KernelAlgorithm;
 use crate::isa::Isa;
 use crate::schedule::{
     DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule, VectorAxis,
+    WinogradSchedule,
 };
 use crate::workload::Workload;
 
@@ -37,6 +38,32 @@ pub(crate) fn default_schedule(
                 ..d
             })
         }
+        KernelAlgorithm::Winograd => Schedule::Winograd(default_winograd(w, threads)),
+    }
+}
+
+/// Bytes the transformed input and products of one Winograd pass may
+/// take: about this machine's L2 (1 MiB a core), so the GEMMs read V from
+/// L2 and the output transform reads M from it.
+const WINOGRAD_PASS_BYTES: usize = 1 << 20;
+
+/// The untuned Winograd schedule: the GEMM's untuned tile and orientation
+/// for the products' shape (output channels x tiles: on a small map the
+/// vectors run along channels), and as many tiles a
+/// pass as keep the pass's 36 x (in + out channels) values a tile within
+/// [`WINOGRAD_PASS_BYTES`], rounded to whole `nr` panels and at least one.
+pub(crate) fn default_winograd(w: &Workload, threads: usize) -> WinogradSchedule {
+    let tiles = w.out_h.div_ceil(4) * w.out_w.div_ceil(4);
+    let per_tile = 36 * (w.in_channels + w.out_channels) * 4;
+    let products = Workload::new(w.in_channels, w.out_channels, 1, 1, 0, 1, 1, tiles);
+    let g = default_gemm(&products, threads, false);
+    let fit = (WINOGRAD_PASS_BYTES / per_tile) / g.nr * g.nr;
+    WinogradSchedule {
+        mr: g.mr,
+        nr: g.nr,
+        kc: g.kc,
+        tile_block: fit.max(g.nr).min(tiles),
+        vectors: g.vectors,
     }
 }
 
@@ -198,6 +225,11 @@ mod tests {
             for (threads, nhwc) in [(1, false), (2, false), (2, true), (3, false)] {
                 let s = Schedule::Gemm(default_gemm(&w, threads, nhwc));
                 s.validate(&w).unwrap();
+            }
+            if crate::winograd::fits(&w) {
+                Schedule::Winograd(default_winograd(&w, 2))
+                    .validate(&w)
+                    .unwrap();
             }
         }
     }

@@ -47,6 +47,15 @@ fn configs() -> Vec<EngineConfig> {
             algorithm: KernelAlgorithm::SpatialPack,
             ..base.clone()
         },
+        EngineConfig {
+            algorithm: KernelAlgorithm::Winograd,
+            ..base.clone()
+        },
+        EngineConfig {
+            algorithm: KernelAlgorithm::Winograd,
+            layout: Layout::Nhwc,
+            ..base.clone()
+        },
     ]
 }
 
@@ -64,6 +73,10 @@ fn check(graph: &Graph, configs: &[EngineConfig]) {
             let in_len = x.len() / 2 * batch;
             let got = engine.run(&x[..in_len], batch).unwrap();
             let e = rel_l2(&got, &want[..per_sample * batch]);
+            eprintln!(
+                "{} {} {} batch {batch}: relative L2 error {e:.2e}",
+                graph.name, config.algorithm, config.layout
+            );
             assert!(
                 e < NETWORK_TOLERANCE,
                 "{} {:?} {:?} batch {batch}: error {e}",
@@ -356,6 +369,10 @@ fn mobilenetv2_cifar_int8_same_under_every_algorithm() {
         .collect();
     assert_eq!(outputs[0], outputs[1], "direct against gemm");
     assert_eq!(outputs[2], outputs[1], "spatial pack against gemm");
+    assert_eq!(
+        outputs[3], outputs[1],
+        "winograd (int8: the gemm) against gemm"
+    );
 }
 
 #[test]

@@ -24,6 +24,8 @@ const GEMM_TILES_PER_BLOCK: &[usize] = &[
     1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64,
 ];
 const SPATIAL_PACK_TILE: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
+/// 4x4 output tiles per Winograd pass: from one up to a 64x64 map.
+const WINOGRAD_TILE_BLOCKS: &[usize] = &[1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 const PARALLEL: &[ParallelLoop] = &[ParallelLoop::OutputChannels, ParallelLoop::Spatial];
 const VECTORS: &[VectorAxis] = &[VectorAxis::Spatial, VectorAxis::OutputChannels];
 
@@ -33,6 +35,7 @@ pub fn knobs(s: &Schedule) -> usize {
         Schedule::Direct(_) => 2,
         Schedule::Gemm(_) => 6,
         Schedule::SpatialPack(_) => 4,
+        Schedule::Winograd(_) => 4,
     }
 }
 
@@ -49,28 +52,35 @@ fn knob(s: &Schedule, k: usize) -> (usize, usize) {
         )
     };
     let parallel = |p: ParallelLoop| (2, PARALLEL.iter().position(|&q| q == p).unwrap_or(0));
+    let vectors = |v: VectorAxis| {
+        (
+            VECTORS.len(),
+            VECTORS.iter().position(|&w| w == v).unwrap_or(0),
+        )
+    };
+    let tile = |t: (usize, usize)| {
+        (
+            GEMM_TILES.len(),
+            GEMM_TILES.iter().position(|&u| u == t).unwrap_or(0),
+        )
+    };
     match (s, k) {
         (Schedule::Direct(d), 0) => nearest(DIRECT_OC_BLOCKS, d.oc_block),
         (Schedule::Direct(d), _) => nearest(DIRECT_ROW_BLOCKS, d.row_block),
-        (Schedule::Gemm(g), 0) => (
-            GEMM_TILES.len(),
-            GEMM_TILES
-                .iter()
-                .position(|&t| t == (g.mr, g.nr))
-                .unwrap_or(0),
-        ),
+        (Schedule::Gemm(g), 0) => tile((g.mr, g.nr)),
         (Schedule::Gemm(g), 1) => nearest(GEMM_KC, g.kc),
         (Schedule::Gemm(g), 2) => nearest(GEMM_TILES_PER_BLOCK, g.mc / g.mr.max(1)),
         (Schedule::Gemm(g), 3) => nearest(GEMM_TILES_PER_BLOCK, g.nc / g.nr.max(1)),
         (Schedule::Gemm(g), 4) => parallel(g.parallel),
-        (Schedule::Gemm(g), _) => (
-            VECTORS.len(),
-            VECTORS.iter().position(|&v| v == g.vectors).unwrap_or(0),
-        ),
+        (Schedule::Gemm(g), _) => vectors(g.vectors),
         (Schedule::SpatialPack(p), 0) => nearest(SPATIAL_PACK_VC, p.vc),
         (Schedule::SpatialPack(p), 1) => nearest(SPATIAL_PACK_TILE, p.vh),
         (Schedule::SpatialPack(p), 2) => nearest(SPATIAL_PACK_TILE, p.vw),
         (Schedule::SpatialPack(p), _) => parallel(p.parallel),
+        (Schedule::Winograd(w), 0) => tile((w.mr, w.nr)),
+        (Schedule::Winograd(w), 1) => nearest(GEMM_KC, w.kc),
+        (Schedule::Winograd(w), 2) => nearest(WINOGRAD_TILE_BLOCKS, w.tile_block),
+        (Schedule::Winograd(w), _) => vectors(w.vectors),
     }
 }
 
@@ -108,6 +118,15 @@ fn set(s: Schedule, k: usize, i: usize) -> Schedule {
                 _ => p.parallel = PARALLEL[i],
             }
             Schedule::SpatialPack(p)
+        }
+        Schedule::Winograd(mut w) => {
+            match k {
+                0 => (w.mr, w.nr) = GEMM_TILES[i],
+                1 => w.kc = GEMM_KC[i],
+                2 => w.tile_block = WINOGRAD_TILE_BLOCKS[i],
+                _ => w.vectors = VECTORS[i],
+            }
+            Schedule::Winograd(w)
         }
     }
 }
@@ -161,15 +180,16 @@ pub fn size(s: &Schedule) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dlas_engine::{DirectSchedule, GemmSchedule, SpatialPackSchedule};
+    use dlas_engine::{DirectSchedule, GemmSchedule, SpatialPackSchedule, WinogradSchedule};
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
-    fn all() -> [Schedule; 3] {
+    fn all() -> [Schedule; 4] {
         [
             Schedule::Direct(DirectSchedule::default()),
             Schedule::Gemm(GemmSchedule::default()),
             Schedule::SpatialPack(SpatialPackSchedule::default()),
+            Schedule::Winograd(WinogradSchedule::default()),
         ]
     }
 

@@ -64,6 +64,7 @@ fn search_starts_at_the_default_measures_only_valid_new_candidates_and_resumes()
     for (algorithm, format) in [
         (KernelAlgorithm::Gemm, FormatChoice::Dense),
         (KernelAlgorithm::SpatialPack, FormatChoice::Csr),
+        (KernelAlgorithm::Winograd, FormatChoice::Dense),
         (
             KernelAlgorithm::Direct,
             FormatChoice::Bsr { rows: 4, cols: 4 },
@@ -287,6 +288,7 @@ fn a_tuned_table_applies_to_every_layer_and_keeps_the_result() {
         (KernelAlgorithm::Gemm, Layout::Nchw),
         (KernelAlgorithm::SpatialPack, Layout::Nchw),
         (KernelAlgorithm::Gemm, Layout::Nhwc),
+        (KernelAlgorithm::Winograd, Layout::Nchw),
     ] {
         let config = EngineConfig {
             threads: 2,

@@ -24,7 +24,7 @@ pub(crate) enum Panels {
 }
 
 impl Panels {
-    pub(super) fn new(values: Vec<f32>, half: bool) -> Panels {
+    pub(crate) fn new(values: Vec<f32>, half: bool) -> Panels {
         if half {
             let mut h = vec![f16::ZERO; values.len()];
             h.convert_from_f32_slice(&values);
@@ -34,7 +34,7 @@ impl Panels {
         }
     }
 
-    pub(super) fn view(&self) -> PanelsRef<'_> {
+    pub(crate) fn view(&self) -> PanelsRef<'_> {
         match self {
             Panels::F32(v) => PanelsRef::F32(v),
             Panels::F16(v) => PanelsRef::F16(v),

@@ -21,6 +21,6 @@ mod pack;
 mod sparse;
 
 pub(crate) use conv::GemmConv;
-pub(crate) use driver::{BSource, Finishing, PanelsRef, gemm, with_kept_buffer};
-pub(crate) use pack::{pack_columns, pack_im2col_with};
+pub(crate) use driver::{BSource, Finishing, Panels, PanelsRef, gemm, with_kept_buffer};
+pub(crate) use pack::{pack_columns, pack_im2col_with, pack_panels};
 pub(crate) use sparse::{sparse_gemm, strip};

@@ -87,8 +87,10 @@ impl Int8Conv {
     ) -> Int8Conv {
         let choice = match algorithm {
             _ if w.is_depthwise() => Choice::Depthwise,
-            KernelAlgorithm::Gemm if vnni::available() => Choice::Vnni,
-            KernelAlgorithm::Gemm => Choice::Gemm,
+            // `LayerKey::of` lowers a Winograd configuration's int8 layers
+            // to gemm; a key built by hand gets the same.
+            KernelAlgorithm::Gemm | KernelAlgorithm::Winograd if vnni::available() => Choice::Vnni,
+            KernelAlgorithm::Gemm | KernelAlgorithm::Winograd => Choice::Gemm,
             KernelAlgorithm::Direct => Choice::Direct,
             KernelAlgorithm::SpatialPack => Choice::SpatialPack,
         };

@@ -148,6 +148,33 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
     (regular, depthwise)
 }
 
+/// The Winograd class's shapes: `n` 3x3 stride-1 convolutions (the only
+/// layers its kernel runs; on the regular grid half would run the gemm)
+/// from the regular grid's value sets and under its cap, drawn from their
+/// own seed so that the regular and depthwise grids stay as they were.
+pub fn winograd_grid(n: usize) -> Vec<Shape> {
+    let zoo = zoo_layers();
+    let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED ^ 0x3a3);
+    let channels = [8, 16, 24, 32, 48, 64, 96, 128, 160, 256, 384, 512];
+    let sizes = [4, 7, 8, 14, 16, 28, 32, 56];
+    let mut out = Vec::new();
+    while out.len() < n {
+        let shape = Shape {
+            in_channels: *channels.choose(&mut rng).expect("values"),
+            out_channels: *channels.choose(&mut rng).expect("values"),
+            groups: 1,
+            kernel: 3,
+            stride: 1,
+            in_hw: *sizes.choose(&mut rng).expect("values"),
+            density: 1.0,
+        };
+        if (1e5..=1.2e8).contains(&shape.macs()) && !zoo.contains(&shape.key()) {
+            out.push(shape);
+        }
+    }
+    out
+}
+
 /// A kernel class to time, as the engine is configured for it.
 #[derive(Debug, Clone, Copy)]
 struct Setup {
@@ -164,10 +191,18 @@ struct Setup {
 /// dense and CSR, untuned and tuned, in fp32; the three algorithms dense in
 /// fp16 and int8 (untuned: tuned fp16 borrows the untuned curve, int8 has
 /// no schedule); the depthwise kernels in each precision; direct CSR on
-/// depthwise layers.
+/// depthwise layers; Winograd dense fp32, untuned and tuned, on its own
+/// grid (the layers it does not run, it runs as the gemm).
 fn setups() -> Vec<Setup> {
     let mut out = Vec::new();
     for tuned in [false, true] {
+        out.push(Setup {
+            family: KernelFamily::Winograd,
+            sparse: false,
+            precision: Precision::F32,
+            tuned,
+            depthwise: false,
+        });
         for family in [
             KernelFamily::Direct,
             KernelFamily::Gemm,
@@ -328,6 +363,7 @@ fn config(setup: &Setup, threads: usize) -> EngineConfig {
         KernelFamily::Direct | KernelFamily::Depthwise => KernelAlgorithm::Direct,
         KernelFamily::Gemm => KernelAlgorithm::Gemm,
         KernelFamily::SpatialPack => KernelAlgorithm::SpatialPack,
+        KernelFamily::Winograd => KernelAlgorithm::Winograd,
     };
     EngineConfig {
         threads,
@@ -450,15 +486,16 @@ pub fn benchmark(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<LayerTiming>> {
     let (regular, depthwise) = grid(extent.shapes);
+    let winograd = winograd_grid(extent.shapes);
     let setups = setups();
     let total = 2 * setups.len() * extent.shapes;
     let flush = Flush::default();
     let mut out = Vec::new();
     for setup in &setups {
-        let shapes = if setup.depthwise {
-            &depthwise
-        } else {
-            &regular
+        let shapes = match setup.family {
+            KernelFamily::Winograd => &winograd,
+            _ if setup.depthwise => &depthwise,
+            _ => &regular,
         };
         for shape in shapes {
             progress(out.len(), total);
@@ -502,6 +539,14 @@ mod tests {
         assert_eq!(grid(12), (a.clone(), d.clone()));
         assert!(a.iter().all(|s| s.macs() <= 1.2e8 && s.groups == 1));
         assert!(d.iter().all(|s| s.groups == s.in_channels));
+        let w = winograd_grid(12);
+        assert_eq!(winograd_grid(12), w);
+        assert!(
+            w.iter()
+                .all(|s| s.kernel == 3 && s.stride == 1 && s.groups == 1)
+        );
+        // The Winograd grid did not move the others.
+        assert_eq!(grid(12), (a, d));
     }
 
     /// The committed calibration times no layer of any network of the zoo:
@@ -526,7 +571,13 @@ mod tests {
         }
         // And the grid that produced it is the seeded one.
         let (regular, depthwise) = grid(DEFAULT_SHAPES);
-        let grid: HashSet<LayerShape> = regular.iter().chain(&depthwise).map(Shape::key).collect();
+        let winograd = winograd_grid(DEFAULT_SHAPES);
+        let grid: HashSet<LayerShape> = regular
+            .iter()
+            .chain(&depthwise)
+            .chain(&winograd)
+            .map(Shape::key)
+            .collect();
         assert!(timings.iter().all(|t| grid.contains(&(
             t.in_channels,
             t.out_channels,
