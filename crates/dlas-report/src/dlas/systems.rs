@@ -209,7 +209,7 @@ pub fn table(inputs: &Inputs, number: usize) -> Table {
         line.extend(cells.iter().map(|(c, cell)| show(cell, c)));
         line.push(fastest(&cells));
         body.push(line);
-        if !devices.iter().any(|d| *d == g.device) {
+        if !devices.contains(&g.device) {
             devices.push(g.device.clone());
         }
     }
@@ -261,7 +261,7 @@ pub fn figure(inputs: &Inputs, number: usize) -> FigureData {
                 _ => None,
             });
         }
-        if !devices.iter().any(|d| *d == g.device) {
+        if !devices.contains(&g.device) {
             devices.push(g.device.clone());
         }
     }
