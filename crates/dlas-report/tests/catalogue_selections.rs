@@ -53,12 +53,12 @@ fn each_selection_writes_its_files() {
 #[test]
 fn numbers_outside_the_catalogue_are_refused() {
     with_inputs(|inputs| {
-        let err = build(inputs, Selection::Figure(10))
+        let err = build(inputs, Selection::Figure(11))
             .unwrap_err()
             .to_string();
         assert_eq!(
             err,
-            "there is no figure 10; figures: [1, 2, 3, 4, 5, 6, 7, 8, 9]"
+            "there is no figure 11; figures: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"
         );
         let err = build(inputs, Selection::Table(0)).unwrap_err().to_string();
         assert!(err.starts_with("there is no table 0"), "{err}");
