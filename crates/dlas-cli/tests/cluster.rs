@@ -242,7 +242,7 @@ fn slurm_cluster_runs_and_merges_a_study() {
             .collect()
     };
     assert_eq!(i7(&merged_text), i7(&local_text));
-    assert_eq!(i7(&local_text).len(), 3);
+    assert_eq!(i7(&local_text).len(), 4, "one i7 row per algorithm");
     let planned = dlas(
         &cluster,
         &[
@@ -668,7 +668,7 @@ fn ssh_boards_run_resume_and_merge_a_study() {
             .collect()
     };
     assert_eq!(i7(&merged), i7(&local));
-    assert_eq!(i7(&local).len(), 3);
+    assert_eq!(i7(&local).len(), 4, "one i7 row per algorithm");
     let planned = common::ok(&[
         "plan",
         "--format",
