@@ -140,8 +140,7 @@ impl Curve {
     fn cost(&self, layer: &Layer, clock_ratio: f64, memory_ratio: f64) -> Cost {
         Cost {
             compute_s: layer.macs / (layer.peak * self.efficiency(&layer.features)),
-            extra_s: self.overhead_s / clock_ratio
-                + self.per_value_s * layer.values / memory_ratio,
+            extra_s: self.overhead_s / clock_ratio + self.per_value_s * layer.values / memory_ratio,
         }
     }
 }
@@ -224,18 +223,29 @@ impl Efficiency {
         // is an assumption, and the reason the conversion is scaled
         // rather than the per-value cost fitted again.
         let mut curves: BTreeMap<KernelClass, Curve> = BTreeMap::new();
-        for (class, points) in by_class.iter().filter(|(c, _)| c.precision == Precision::F32) {
+        for (class, points) in by_class
+            .iter()
+            .filter(|(c, _)| c.precision == Precision::F32)
+        {
             curves.insert(*class, fit_curve(points, Free::PerValue));
         }
-        for (class, points) in by_class.iter().filter(|(c, _)| c.precision != Precision::F32) {
+        for (class, points) in by_class
+            .iter()
+            .filter(|(c, _)| c.precision != Precision::F32)
+        {
             let f32_class = KernelClass {
                 precision: Precision::F32,
                 ..*class
             };
             let Some(per_value_s) = curves.get(&f32_class).map(|c| c.per_value_s) else {
-                bail!("the calibration times {class} but not {f32_class}, whose cost per value it takes");
+                bail!(
+                    "the calibration times {class} but not {f32_class}, whose cost per value it takes"
+                );
             };
-            curves.insert(*class, fit_curve(points, Free::ConversionScale { per_value_s }));
+            curves.insert(
+                *class,
+                fit_curve(points, Free::ConversionScale { per_value_s }),
+            );
         }
         Ok(Efficiency {
             curves,
@@ -437,11 +447,11 @@ fn start_beta(points: &[Point]) -> Vec<f64> {
         let known = pt.fixed_s + pt.conversion_s;
         let work = (pt.seconds - known).max(0.1 * pt.seconds);
         let y = (pt.ideal_s / work).ln();
-        for i in 0..K {
-            for j in 0..K {
-                a[i][j] += pt.x[i] * pt.x[j];
+        for (row, xi) in a.iter_mut().zip(pt.x) {
+            for (cell, xj) in row.iter_mut().zip(pt.x) {
+                *cell += xi * xj;
             }
-            a[i][K] += pt.x[i] * y;
+            row[K] += xi * y;
         }
     }
     for (i, row) in a.iter_mut().enumerate().skip(1) {
@@ -500,7 +510,10 @@ mod tests {
             median_abs_log: 0.0,
         };
         let mut points = Vec::new();
-        for (i, m) in [8.0, 16.0, 32.0, 64.0, 128.0, 256.0].into_iter().enumerate() {
+        for (i, m) in [8.0, 16.0, 32.0, 64.0, 128.0, 256.0]
+            .into_iter()
+            .enumerate()
+        {
             for (j, n) in [4.0, 16.0, 64.0, 256.0, 1024.0].into_iter().enumerate() {
                 let c = [3.0, 16.0, 64.0, 256.0][(i + j) % 4];
                 let k = [1.0, 9.0][(i * 5 + j) % 2];
@@ -540,7 +553,10 @@ mod tests {
         // (per-value cost, or the efficiency's shape) is off by far more.
         let curve = fit_curve(&points, Free::PerValue);
         assert!(curve.median_abs_log < 0.08, "{curve:?}");
-        assert!((curve.per_value_s / planted.per_value_s - 1.0).abs() < 0.15, "{curve:?}");
+        assert!(
+            (curve.per_value_s / planted.per_value_s - 1.0).abs() < 0.15,
+            "{curve:?}"
+        );
         assert!(curve.overhead_s < 10e-6, "{curve:?}");
     }
 
@@ -554,8 +570,14 @@ mod tests {
         assert_eq!(c.family, KernelFamily::SpatialPack);
         // fp16 depthwise: the GEMM path's kernel under gemm, the stencil otherwise.
         let c = class_of(KernelFamily::Gemm, true, false, Precision::F16, false);
-        assert_eq!((c.family, c.precision), (KernelFamily::Depthwise, Precision::F16));
+        assert_eq!(
+            (c.family, c.precision),
+            (KernelFamily::Depthwise, Precision::F16)
+        );
         let c = class_of(KernelFamily::Direct, true, false, Precision::F16, false);
-        assert_eq!((c.family, c.precision), (KernelFamily::Depthwise, Precision::F32));
+        assert_eq!(
+            (c.family, c.precision),
+            (KernelFamily::Depthwise, Precision::F32)
+        );
     }
 }

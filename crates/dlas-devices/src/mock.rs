@@ -234,13 +234,11 @@ impl MockDevice {
             ),
             values: (k.input_elems + k.output_elems) * batch,
         };
-        let cost = efficiency
-            .cost(class, &layer, &self.spec)
-            .ok_or_else(|| {
-                Unsupported(format!(
-                    "the calibration has no curve for kernel class {class}"
-                ))
-            })?;
+        let cost = efficiency.cost(class, &layer, &self.spec).ok_or_else(|| {
+            Unsupported(format!(
+                "the calibration has no curve for kernel class {class}"
+            ))
+        })?;
         Ok((cost, calibrated))
     }
 
@@ -421,6 +419,18 @@ impl MockDevice {
     }
 }
 
+/// The kernel family a native algorithm runs its regular layers with
+/// (Winograd's other layers and its own until a Winograd class is
+/// calibrated: gemm's).
+fn family_of(algorithm: Algorithm) -> KernelFamily {
+    match algorithm {
+        Algorithm::Direct => KernelFamily::Direct,
+        Algorithm::Gemm | Algorithm::Winograd => KernelFamily::Gemm,
+        Algorithm::SpatialPack => KernelFamily::SpatialPack,
+        Algorithm::Auto => unreachable!("refused by predict"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,17 +442,5 @@ mod tests {
         assert_eq!(balanced_cores(64, 6), 64.0 / 11.0);
         assert_eq!(lane_fill(10, 8), 10.0 / 16.0);
         assert_eq!(lane_fill(16, 8), 1.0);
-    }
-}
-
-/// The kernel family a native algorithm runs its regular layers with
-/// (Winograd's other layers and its own until a Winograd class is
-/// calibrated: gemm's).
-fn family_of(algorithm: Algorithm) -> KernelFamily {
-    match algorithm {
-        Algorithm::Direct => KernelFamily::Direct,
-        Algorithm::Gemm | Algorithm::Winograd => KernelFamily::Gemm,
-        Algorithm::SpatialPack => KernelFamily::SpatialPack,
-        Algorithm::Auto => unreachable!("refused by predict"),
     }
 }
