@@ -31,8 +31,9 @@
 //! times the same efficiency, the fixed cost scaled by the clocks and the
 //! per-value cost by the memory bandwidths. What does not carry is what
 //! the host's efficiency owes to its own micro-architecture (cache sizes,
-//! vector width: the host's AVX-512 kernels are measured against its AVX2
-//! peak, so efficiencies above 1 occur); docs/devices.md says so.
+//! vector width); docs/devices.md says so. The peak is that of the widest
+//! FMA the calibration times, AVX-512 where the CPU has it, as the engine's
+//! kernels use it.
 
 use crate::fit::{levenberg_marquardt, solve};
 use crate::spec::DeviceSpec;
@@ -77,11 +78,9 @@ impl Features {
 }
 
 /// Bounds of a fitted efficiency: a curve extrapolated far from its grid
-/// must not predict a free or an endless layer. Above 1 because the peak is
-/// the widest FMA the calibration times (AVX2), which the engine's AVX-512
-/// kernels exceed.
+/// must not predict a free or an endless layer, nor one faster than peak.
 const MIN_EFFICIENCY: f64 = 1e-4;
-const MAX_EFFICIENCY: f64 = 2.0;
+const MAX_EFFICIENCY: f64 = 1.0;
 
 /// One class's fitted curve.
 #[derive(Debug, Clone, PartialEq)]
