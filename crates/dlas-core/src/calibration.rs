@@ -84,7 +84,8 @@ pub struct LayerTiming {
     /// Fraction of the weights that are non-zero.
     pub density: f64,
     pub threads: usize,
-    /// Timed with the caches flushed before every run, as a layer of a
+    /// Timed with the caches flushed before every run (calibrations before
+    /// December 2026; the device model leaves such timings out), as a layer of a
     /// network whose weights exceed the last-level cache finds them.
     pub cold: bool,
     pub runs: usize,

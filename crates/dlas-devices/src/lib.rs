@@ -9,6 +9,7 @@
 
 pub mod compiler;
 pub mod efficiency;
+mod fit;
 pub mod mock;
 pub mod run;
 pub mod spec;

@@ -1,6 +1,7 @@
 //! The mocked devices' performance model.
 //!
-//! Each kernel takes `max(compute, memory) + launch`:
+//! Each kernel takes `max(compute, memory) + launch`, and on a CPU also
+//! its kernel class's fixed and per-value costs:
 //! - compute, CPU: MACs (the non-zero ones, sparse) over the device's peak
 //!   for the cores the kernel's outer loop keeps busy, times the efficiency
 //!   the native engine's kernel class reaches on a layer of that shape
@@ -8,7 +9,8 @@
 //!   calibrated machine, never to a network's time). Version 1 derived the
 //!   rate from issue-rate arguments (scalar chains untuned, full vectors
 //!   tuned); measured on the host it was wrong by up to 10x and ordered the
-//!   algorithms wrongly, so version 2 measures what kernels reach instead.
+//!   algorithms wrongly, so version 2 measures what kernels reach instead;
+//!   version 3 fits each class's fixed and per-value costs with it.
 //! - compute, GPU: the fraction of lanes that the available threads can
 //!   keep busy (Little's law: lanes x FMA latency threads); untuned threads
 //!   run their reduction as a dependent chain. Not validated: no GPU has
@@ -24,7 +26,7 @@
 //! (`dlas validate`).
 
 use crate::compiler::GraphCompiler;
-use crate::efficiency::{Features, class_of, peak_macs};
+use crate::efficiency::{Cost, Features, Layer, class_of, peak_macs};
 use crate::spec::{DeviceKind, DeviceSpec};
 use crate::workload::{Kernel, KernelKind, Workload};
 use crate::{Device, Unsupported};
@@ -33,7 +35,7 @@ use dlas_core::{Algorithm, Combination, Compression};
 use rand_distr::{Distribution, LogNormal};
 
 /// Bumped whenever the model's equations change; recorded in every result row.
-pub const MODEL_VERSION: u32 = 2;
+pub const MODEL_VERSION: u32 = 3;
 
 /// A device whose time comes from [`DeviceSpec`] through the model above.
 #[derive(Debug, Clone)]
@@ -85,7 +87,15 @@ impl MockDevice {
         // converts the network's input and output once.
         if let (Some(m), Some(e)) = (&self.spec.measured, &self.spec.efficiency) {
             let values = w.batch as f64 * (w.input_values + w.output_values);
-            let conversion = m.conversion_seconds(precision_of(w.compression)) * values;
+            let precision = precision_of(w.compression);
+            let class = class_of(
+                family_of(c.algorithm),
+                false,
+                c.format.is_sparse(),
+                precision,
+                c.tuned,
+            );
+            let conversion = m.conversion_seconds(precision) * values * e.conversion_scale(class);
             kernels.push(("run".into(), e.run_seconds + conversion));
         }
         Ok(Prediction { kernels })
@@ -124,7 +134,7 @@ impl MockDevice {
             k.weight_elems * value_bytes
         };
         if s.kind == DeviceKind::Cpu {
-            let (rate, calibrated) = self.cpu_mac_rate(c, w, k, out_channels)?;
+            let (cost, calibrated) = self.cpu_cost(c, w, k, out_channels, macs)?;
             let memory = (io_bytes + weight_bytes) / dram;
             // A calibrated Winograd curve has the transforms in its times;
             // the GEMM curve that stands in for it until then does not.
@@ -132,7 +142,7 @@ impl MockDevice {
                 Some(conv) if !calibrated => transform_bytes(conv, k, batch, value_bytes) / dram,
                 _ => 0.0,
             };
-            return Ok((macs / rate).max(memory) + transforms + launch);
+            return Ok(cost.compute_s.max(memory) + cost.extra_s + transforms + launch);
         }
         let (extra_bytes, extra_launches) =
             self.algorithm_traffic(c, k, batch, value_bytes, winograd.is_some());
@@ -148,21 +158,24 @@ impl MockDevice {
         Ok((macs / rate).max(memory / dram) + launch * (1.0 + extra_launches))
     }
 
-    /// MACs per second the engine's kernel reaches on one CPU kernel: the
-    /// device's peak for the cores its output channels keep busy, times the
-    /// calibrated efficiency of the kernel class on this shape; and whether
-    /// the class was calibrated itself. A Winograd layer's MACs are its
-    /// point-wise products, which until the calibration times a Winograd
-    /// class take the GEMM curve at their shape (36 GEMMs of output
-    /// channels x input channels x tiles, run by the GEMM's microkernels);
-    /// the layers Winograd does not compute run the gemm's kernels.
-    fn cpu_mac_rate(
+    /// What the engine's kernel costs on one CPU kernel (see
+    /// `efficiency.rs`): its `macs` at the calibrated efficiency of the
+    /// kernel class on this shape, of the device's peak for the cores its
+    /// output channels keep busy, and the class's fixed and per-value
+    /// costs; and whether the class was calibrated itself. A Winograd
+    /// layer's MACs are its point-wise products, which until the
+    /// calibration times a Winograd class take the GEMM curve at their
+    /// shape (36 GEMMs of output channels x input channels x tiles, run by
+    /// the GEMM's microkernels); the layers Winograd does not compute run
+    /// the gemm's kernels.
+    fn cpu_cost(
         &self,
         c: &Combination,
         w: &Workload,
         k: &Kernel,
         out_channels: usize,
-    ) -> Result<(f64, bool), Unsupported> {
+        macs: f64,
+    ) -> Result<(Cost, bool), Unsupported> {
         let efficiency = self.spec.efficiency.as_ref().ok_or_else(|| {
             Unsupported(format!(
                 "device `{}` has no kernel efficiency curves (`dlas devices calibrate`)",
@@ -171,15 +184,12 @@ impl MockDevice {
         })?;
         let precision = precision_of(w.compression);
         let family = match c.algorithm {
-            Algorithm::Direct => KernelFamily::Direct,
-            Algorithm::Gemm => KernelFamily::Gemm,
-            Algorithm::SpatialPack => KernelFamily::SpatialPack,
             Algorithm::Winograd if winograd_layer(c, w, k).is_some() => KernelFamily::Winograd,
-            Algorithm::Winograd => KernelFamily::Gemm,
-            Algorithm::Auto => unreachable!("refused by predict"),
+            algorithm => family_of(algorithm),
         };
         let sparse = c.format.is_sparse();
         let batch = w.batch as f64;
+        let density = if sparse { k.density } else { 1.0 };
         let (features, depthwise) = match &k.kind {
             KernelKind::Conv(conv) => (
                 Features {
@@ -187,8 +197,7 @@ impl MockDevice {
                     out_pixels: (k.out_hw[0] * k.out_hw[1]) as f64 * batch,
                     in_channels_per_group: (conv.in_channels / conv.groups) as f64,
                     kernel_area: (conv.kernel * conv.kernel) as f64,
-                    density: if sparse { k.density } else { 1.0 },
-                    cold: self.weights_exceed_cache(w, sparse),
+                    density,
                 },
                 conv.is_depthwise(),
             ),
@@ -198,8 +207,7 @@ impl MockDevice {
                     out_pixels: batch,
                     in_channels_per_group: k.macs / k.output_elems.max(1.0),
                     kernel_area: 1.0,
-                    density: if sparse { k.density } else { 1.0 },
-                    cold: self.weights_exceed_cache(w, sparse),
+                    density,
                 },
                 false,
             ),
@@ -208,45 +216,30 @@ impl MockDevice {
             class_of(family, depthwise, sparse, precision, c.tuned),
             features,
         );
-        let calibrated = efficiency.of(class, &features).is_some();
+        let calibrated = efficiency.has(class);
         if let (Some(conv), false) = (winograd_layer(c, w, k), calibrated) {
             class.family = KernelFamily::Gemm;
             features.out_pixels = winograd_tiles(k.out_hw) as f64 * batch;
             features.in_channels_per_group = conv.in_channels as f64;
             features.kernel_area = 1.0;
         }
-        let e = efficiency.of(class, &features).ok_or_else(|| {
+        let layer = Layer {
+            features,
+            macs,
+            peak: peak_macs(
+                &self.spec,
+                precision,
+                out_channels * w.batch,
+                self.spec.cores,
+            ),
+            values: (k.input_elems + k.output_elems) * batch,
+        };
+        let cost = efficiency.cost(class, &layer, &self.spec).ok_or_else(|| {
             Unsupported(format!(
                 "the calibration has no curve for kernel class {class}"
             ))
         })?;
-        let peak = peak_macs(
-            &self.spec,
-            precision,
-            out_channels * w.batch,
-            self.spec.cores,
-        );
-        Ok((peak * e, calibrated))
-    }
-
-    /// Whether the network's weights exceed the last-level cache, so that
-    /// every layer finds its own weights evicted by the layers that ran
-    /// since (the calibration's cold timings), rather than still cached
-    /// from the previous run.
-    fn weights_exceed_cache(&self, w: &Workload, sparse: bool) -> bool {
-        let value_bytes = w.compression.value_bytes();
-        let bytes: f64 = w
-            .kernels
-            .iter()
-            .map(|k| {
-                if sparse {
-                    k.weight_elems * k.density * (value_bytes + 4.0)
-                } else {
-                    k.weight_elems * value_bytes
-                }
-            })
-            .sum();
-        bytes > (self.spec.llc_kib * 1024) as f64
+        Ok((cost, calibrated))
     }
 
     /// Bytes an algorithm moves beyond compulsory traffic, and extra kernels
@@ -423,6 +416,18 @@ impl MockDevice {
         (0..runs)
             .map(|_| total_ms * noise.sample(&mut rng))
             .collect()
+    }
+}
+
+/// The kernel family a native algorithm runs its regular layers with
+/// (Winograd's other layers and its own until a Winograd class is
+/// calibrated: gemm's).
+fn family_of(algorithm: Algorithm) -> KernelFamily {
+    match algorithm {
+        Algorithm::Direct => KernelFamily::Direct,
+        Algorithm::Gemm | Algorithm::Winograd => KernelFamily::Gemm,
+        Algorithm::SpatialPack => KernelFamily::SpatialPack,
+        Algorithm::Auto => unreachable!("refused by predict"),
     }
 }
 

@@ -167,7 +167,7 @@ fn best(peaks: &[Peak], threads: usize) -> f64 {
 
 /// The measured machine in the mocked devices' format. The widest FMA's
 /// rate per thread is `fma_lanes x clock_ghz`: lanes come from the
-/// instruction set (8 fp32 lanes in AVX2, two FMA pipes as the scalar
+/// instruction set (8 fp32 lanes in AVX2, 16 in AVX-512, two FMA pipes as the scalar
 /// rate against the FMA latency shows), the clock is then what the
 /// measurement implies (an effective clock, not the nominal one).
 fn spec_of(m: &Machine, cpu: &str, environment: String) -> DeviceSpec {
@@ -224,7 +224,7 @@ fn spec_of(m: &Machine, cpu: &str, environment: String) -> DeviceSpec {
             format!("fma_pipes: the scalar FMA rate over the clock implied by the measured FMA latency ({:.2} ns) taken as {FMA_LATENCY_CYCLES} cycles (x86 since Skylake and Zen 2; an assumption)", m.fma_latency_ns),
             format!("clock_ghz: the {widest} FMA peak per thread over fma_lanes (an effective clock; only their product, the measured peak, enters the model)"),
             "fp16_rate: the engine stores fp16 and computes in fp32 (F16C conversions), so 1".into(),
-            "int8_rate: the vpmaddubsw/vpmaddwd peak over the fp32 FMA peak, both on every thread".into(),
+            "int8_rate: the fastest int8 step's peak (vpmaddubsw/vpmaddwd, or AVX-512 VNNI vpdpbusd) over the widest fp32 FMA's peak, both on every thread".into(),
             "launch_us and dispatch_us: the engine's cost per layer (slope of a chain of tiny layers)".into(),
             "loads_per_cycle: not measured; unused by the CPU model since version 2".into(),
         ],
@@ -241,6 +241,7 @@ const FMA_LATENCY_CYCLES: usize = 4;
 
 fn isa_lanes(isa: &str) -> usize {
     match isa {
+        "avx512-fma" => 16,
         "avx2-fma" => 8,
         "sse-fma" => 4,
         _ => 1,

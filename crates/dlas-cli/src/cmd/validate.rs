@@ -126,12 +126,18 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     );
     if let Some(e) = &host.efficiency {
         println!(
-            "\nIn sample: the curves against the layer timings they are fitted to (median |ln(fitted/measured)| per class; the network rows above are out of sample):"
+            "\nIn sample: the curves against the warm layer timings they are fitted to (median |ln(fitted/measured)| per class; the network rows above are out of sample; {} cold timings not fitted):",
+            e.cold_left_out
         );
         for (class, curve) in &e.curves {
             println!(
-                "  {class}: {} layers, median |ln| {:.3}, rms {:.3}",
-                curve.n, curve.median_abs_log, curve.rms_log
+                "  {class}: {} layers, median |ln| {:.3}, rms {:.3}; overhead {:.1} us, {:.3} ns per value, conversion x{:.2}",
+                curve.n,
+                curve.median_abs_log,
+                curve.rms_log,
+                curve.overhead_s * 1e6,
+                curve.per_value_s * 1e9,
+                curve.conversion_scale
             );
         }
     }

@@ -75,9 +75,13 @@ where
     if panel.diagonal.is_some() {
         chart.draw_series(LineSeries::new([(low, low), (high, high)], BLACK.mix(0.5)))?;
         if let Some(band) = panel.band {
+            // Each line only where it lies inside the square: plotters
+            // clamps an endpoint outside the plot to its edge, which on log
+            // axes would tilt the line.
             for factor in [1.0 + band, 1.0 - band] {
+                let (from, to) = (low.max(low / factor), high.min(high / factor));
                 chart.draw_series(LineSeries::new(
-                    [(low, low * factor), (high, high * factor)],
+                    [(from, from * factor), (to, to * factor)],
                     band_style,
                 ))?;
             }

@@ -314,43 +314,6 @@ pub fn median_us(mut run: impl FnMut() -> Result<()>) -> Result<(f64, usize)> {
     Ok((samples[samples.len() / 2], samples.len()))
 }
 
-/// A buffer of twice the last-level cache whose reading evicts what a
-/// layer left in the caches.
-pub struct Flush(Vec<u64>);
-
-impl Default for Flush {
-    fn default() -> Flush {
-        let llc = crate::calibrate::memory::caches()
-            .iter()
-            .map(|c| c.kib * 1024)
-            .max()
-            .unwrap_or(32 << 20);
-        Flush(vec![1; 2 * llc / 8])
-    }
-}
-
-impl Flush {
-    fn run(&self) {
-        std::hint::black_box(self.0.iter().fold(0u64, |a, b| a.wrapping_add(*b)));
-    }
-}
-
-/// Median microseconds of one run with the caches flushed before each
-/// (the flush is not timed): two warm-up runs, then 15 runs.
-pub fn median_cold_us(flush: &Flush, mut run: impl FnMut() -> Result<()>) -> Result<(f64, usize)> {
-    run()?;
-    run()?;
-    let mut samples = Vec::new();
-    while samples.len() < 15 {
-        flush.run();
-        let t = Instant::now();
-        run()?;
-        samples.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    samples.sort_by(f64::total_cmp);
-    Ok((samples[samples.len() / 2], samples.len()))
-}
-
 fn config(setup: &Setup, threads: usize) -> EngineConfig {
     // fp32 depthwise layers run the stencil under every algorithm; int8
     // depthwise layers run the int8 depthwise kernel under every algorithm;
@@ -410,7 +373,7 @@ pub fn conversions(threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
                 tuned: false,
                 depthwise: true,
             };
-            let ((us, _), _) = time(&setup, &shape, threads, 0, None)?;
+            let (us, _) = time(&setup, &shape, threads, 0)?;
             Ok(Conversion {
                 precision,
                 ns_per_value: ((us - run_us) * 1e3 / values).max(0.0),
@@ -422,16 +385,13 @@ pub fn conversions(threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
 /// A median in microseconds and the runs it was taken over.
 type Timed = (f64, usize);
 
-/// Times one class on one shape: the untuned default, or the fastest of
-/// the default and `schedules` sampled schedules; with the caches warm
-/// (`.0`) and, with the same schedule, flushed before every run (`.1`).
-fn time(
-    setup: &Setup,
-    shape: &Shape,
-    threads: usize,
-    schedules: usize,
-    flush: Option<&Flush>,
-) -> Result<(Timed, Option<Timed>)> {
+/// Times one class on one shape, warm: the untuned default, or the fastest
+/// of the default and `schedules` sampled schedules. (Until December 2026
+/// each layer was also timed with every cache flushed before each run;
+/// the model no longer uses such timings, see
+/// `dlas_devices::efficiency`, and with a last-level cache of hundreds of
+/// MiB the flushes took most of the calibration's time.)
+fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Result<Timed> {
     let (graph, weights) = layer(shape, setup.sparse);
     let mut config = config(setup, threads);
     if setup.precision == Precision::I8 {
@@ -449,7 +409,7 @@ fn time(
         )?);
     }
     let input = dlas_zoo::weights::input(&graph, GRID_SEED, 1);
-    let mut engine = Engine::compile(&graph, &weights, &config)?;
+    let engine = Engine::compile(&graph, &weights, &config)?;
     let mut best = median_us(|| engine.run(&input, 1).map(drop))?;
     let default = engine.default_scheduled().first().copied();
     if let (true, Some(key)) = (setup.tuned, default) {
@@ -467,15 +427,10 @@ fn time(
             let timed = median_us(|| candidate_engine.run(&input, 1).map(drop))?;
             if timed.0 < best.0 {
                 best = timed;
-                engine = candidate_engine;
             }
         }
     }
-    let cold = match flush {
-        Some(flush) => Some(median_cold_us(flush, || engine.run(&input, 1).map(drop))?),
-        None => None,
-    };
-    Ok((best, cold))
+    Ok(best)
 }
 
 /// Times every class on its shapes of the grid, reporting each layer to
@@ -488,8 +443,7 @@ pub fn benchmark(
     let (regular, depthwise) = grid(extent.shapes);
     let winograd = winograd_grid(extent.shapes);
     let setups = setups();
-    let total = 2 * setups.len() * extent.shapes;
-    let flush = Flush::default();
+    let total = setups.len() * extent.shapes;
     let mut out = Vec::new();
     for setup in &setups {
         let shapes = match setup.family {
@@ -499,31 +453,26 @@ pub fn benchmark(
         };
         for shape in shapes {
             progress(out.len(), total);
-            let (warm, cold) = time(setup, shape, threads, extent.schedules, Some(&flush))
+            let (median_us, runs) = time(setup, shape, threads, extent.schedules)
                 .with_context(|| format!("timing {setup:?} on {shape:?}"))?;
-            for (cold, (median_us, runs)) in [(false, Some(warm)), (true, cold)]
-                .into_iter()
-                .filter_map(|(c, t)| Some((c, t?)))
-            {
-                out.push(LayerTiming {
-                    family: setup.family,
-                    sparse: setup.sparse,
-                    precision: setup.precision,
-                    tuned: setup.tuned,
-                    in_channels: shape.in_channels,
-                    out_channels: shape.out_channels,
-                    groups: shape.groups,
-                    kernel: shape.kernel,
-                    stride: shape.stride,
-                    in_hw: shape.in_hw,
-                    out_hw: shape.out_hw(),
-                    density: if setup.sparse { shape.density } else { 1.0 },
-                    threads,
-                    cold,
-                    runs,
-                    median_us,
-                });
-            }
+            out.push(LayerTiming {
+                family: setup.family,
+                sparse: setup.sparse,
+                precision: setup.precision,
+                tuned: setup.tuned,
+                in_channels: shape.in_channels,
+                out_channels: shape.out_channels,
+                groups: shape.groups,
+                kernel: shape.kernel,
+                stride: shape.stride,
+                in_hw: shape.in_hw,
+                out_hw: shape.out_hw(),
+                density: if setup.sparse { shape.density } else { 1.0 },
+                threads,
+                cold: false,
+                runs,
+                median_us,
+            });
         }
     }
     Ok(out)
@@ -613,11 +562,8 @@ mod tests {
         };
         for setup in setups() {
             let s = if setup.depthwise { &dw } else { &shape };
-            let flush = Flush(vec![1; 1 << 16]);
-            let ((us, runs), cold) =
-                time(&setup, s, 1, 2, Some(&flush)).unwrap_or_else(|e| panic!("{setup:?}: {e:#}"));
+            let (us, runs) = time(&setup, s, 1, 2).unwrap_or_else(|e| panic!("{setup:?}: {e:#}"));
             assert!(us > 0.0 && runs >= 15, "{setup:?}");
-            assert!(cold.is_some_and(|(us, runs)| us > 0.0 && runs == 15));
         }
     }
 }

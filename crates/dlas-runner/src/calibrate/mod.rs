@@ -53,11 +53,13 @@ pub fn calibrate(
                 gmacs: peak::fma_rate(isa, t) / 1e9,
             });
         }
-        int8.push(Peak {
-            isa: "avx2-vpmaddubsw".into(),
-            threads: t,
-            gmacs: peak::int8_rate(t) / 1e9,
-        });
+        for step in peak::int8_steps() {
+            int8.push(Peak {
+                isa: step.into(),
+                threads: t,
+                gmacs: peak::int8_step_rate(step, t) / 1e9,
+            });
+        }
     }
     let fma_latency_ns = peak::fma_latency_ns();
     progress.stage("memory bandwidth");

@@ -1,6 +1,8 @@
 //! Arithmetic peaks of this machine: fused multiply-adds per second for each
-//! vector width the engine can use, on 1 to n threads, the latency of one
-//! FMA, and the int8 multiply-accumulate rate of the engine's AVX2 path.
+//! vector width the engine can use (AVX-512 included: the engine's kernels
+//! use it where the CPU has it), on 1 to n threads, the latency of one FMA,
+//! and the int8 multiply-accumulate rate of each of the engine's int8 steps
+//! (AVX2 `vpmaddubsw`, and AVX-512 VNNI `vpdpbusd` where present).
 //!
 //! Each kernel keeps ten independent accumulators, more than FMA latency x
 //! FMA pipes on any current core, so it is bound by issue rate, not by the
@@ -21,6 +23,8 @@ pub enum Isa {
     Sse,
     /// Eight lanes: AVX2 `vfmadd231ps` on 256-bit registers.
     Avx2,
+    /// Sixteen lanes: AVX-512 `vfmadd231ps` on 512-bit registers.
+    Avx512,
 }
 
 impl Isa {
@@ -29,6 +33,7 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Sse => "sse-fma",
             Isa::Avx2 => "avx2-fma",
+            Isa::Avx512 => "avx512-fma",
         }
     }
 
@@ -37,6 +42,7 @@ impl Isa {
             Isa::Scalar => 1,
             Isa::Sse => 4,
             Isa::Avx2 => 8,
+            Isa::Avx512 => 16,
         }
     }
 
@@ -45,6 +51,9 @@ impl Isa {
         let mut isas = vec![Isa::Scalar];
         if fma_available() {
             isas.extend([Isa::Sse, Isa::Avx2]);
+        }
+        if avx512_available() {
+            isas.push(Isa::Avx512);
         }
         isas
     }
@@ -62,6 +71,8 @@ fn fma_kernel(isa: Isa, iterations: u64) -> u64 {
                 Isa::Scalar => x86::scalar(iterations),
                 Isa::Sse => x86::sse(iterations),
                 Isa::Avx2 => x86::avx2(iterations),
+                // SAFETY: listed by `available` only with AVX-512F.
+                Isa::Avx512 => x86::avx512(iterations),
             }
         }
         return iterations * ACCUMULATORS * isa.lanes() as u64;
@@ -81,6 +92,26 @@ fn portable_chains(iterations: u64, chains: usize) -> f32 {
         }
     }
     black_box(acc.iter().sum())
+}
+
+fn avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512_available()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 fn fma_available() -> bool {
@@ -137,6 +168,22 @@ mod x86 {
         );
     }
 
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn avx512(iterations: u64) {
+        let (a, b) = (
+            _mm512_set1_ps(black_box(0.999)),
+            _mm512_set1_ps(black_box(1e-7)),
+        );
+        chains!(
+            _mm512_setzero_ps(),
+            _mm512_fmadd_ps,
+            _mm512_add_ps,
+            iterations,
+            a,
+            b
+        );
+    }
+
     /// One dependent chain of scalar FMAs.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn chain(iterations: u64) {
@@ -171,6 +218,30 @@ mod x86 {
             for (k, x) in acc.iter_mut().enumerate() {
                 let pairs = _mm256_maddubs_epi16(a[k % 2], b[k / 2]);
                 *x = _mm256_add_epi32(*x, _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        black_box(acc);
+    }
+
+    /// The engine's AVX-512 VNNI int8 step: `vpdpbusd` (u8 x i8 quads
+    /// summed into i32), 64 MACs per instruction, with the same loads and
+    /// eight independent accumulators as [`int8`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn vnni(iterations: u64) {
+        let data: Vec<i8> = (0..1024).map(|i| black_box((i % 7) as i8)).collect();
+        let b = [3, -2, 5, -7].map(|v| _mm512_set1_epi8(black_box(v)));
+        let mut acc = [_mm512_setzero_si512(); 8];
+        for it in 0..iterations {
+            let base = (it as usize & 7) * 64;
+            // SAFETY: base + 512 + 64 <= 1024 bytes of `data`.
+            let a = unsafe {
+                [
+                    _mm512_loadu_si512(data.as_ptr().add(base) as *const _),
+                    _mm512_loadu_si512(data.as_ptr().add(base + 512) as *const _),
+                ]
+            };
+            for (k, x) in acc.iter_mut().enumerate() {
+                *x = _mm512_dpbusd_epi32(*x, a[k % 2], b[k / 2]);
             }
         }
         black_box(acc);
@@ -212,9 +283,33 @@ pub fn fma_rate(isa: Isa, threads: usize) -> f64 {
     rate(threads, 0.05, 5, &|n| fma_kernel(isa, n))
 }
 
+/// The engine's int8 steps this machine runs: the AVX2 one everywhere
+/// (the portable fallback without AVX2), and AVX-512 VNNI where present.
+pub fn int8_steps() -> Vec<&'static str> {
+    let mut steps = vec!["avx2-vpmaddubsw"];
+    if vnni_available() {
+        steps.push("avx512-vnni");
+    }
+    steps
+}
+
+/// The int8 multiply-accumulate rate of `step` (one of [`int8_steps`]) on
+/// `threads` threads.
+pub fn int8_step_rate(step: &str, threads: usize) -> f64 {
+    if step == "avx512-vnni" {
+        #[cfg(target_arch = "x86_64")]
+        return rate(threads, 0.05, 5, &|n| {
+            // SAFETY: listed by `int8_steps` only with AVX-512 VNNI.
+            unsafe { x86::vnni(n) };
+            n * 8 * 64
+        });
+    }
+    int8_rate(threads)
+}
+
 /// The int8 multiply-accumulate rate of the engine's AVX2 step on
 /// `threads` threads (the portable fallback on other machines).
-pub fn int8_rate(threads: usize) -> f64 {
+fn int8_rate(threads: usize) -> f64 {
     rate(threads, 0.05, 5, &|n| {
         #[cfg(target_arch = "x86_64")]
         if fma_available() {
@@ -258,6 +353,8 @@ mod tests {
         }
         let latency = fma_latency_ns();
         assert!((0.05..50.0).contains(&latency), "{latency} ns");
-        assert!(int8_rate(1) > 1e8);
+        for step in int8_steps() {
+            assert!(int8_step_rate(step, 1) > 1e8, "{step}");
+        }
     }
 }
