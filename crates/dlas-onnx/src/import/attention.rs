@@ -340,9 +340,10 @@ fn bias(
         )
     );
     let index = at(node, nodes.constant(imp, index))?;
-    let want = relative_index(wh as i64, ww as i64);
+    // The index is derived only once the file's has its size, which bounds it.
     ensure!(
-        index.dims == [tokens * tokens] && index.int_values().ok() == Some(want),
+        index.dims == [tokens * tokens]
+            && index.int_values().ok() == Some(relative_index(wh as i64, ww as i64)),
         walk.fail(
             gather,
             format!(
@@ -376,9 +377,10 @@ fn mask(
     let add = walk.next(split, "Add")?;
     let name = nodes.other(walk.node(add), nodes.output(split))?;
     let mask = at(walk.node(add), nodes.constant(imp, name))?;
-    let want = shift_mask(h as i64, w as i64, window as i64, shift as i64);
+    // Derived only once the file's mask has its size, which bounds it.
+    let want = || shift_mask(h as i64, w as i64, window as i64, shift as i64);
     ensure!(
-        mask.dims == [windows, 1, tokens, tokens] && mask.floats() == want,
+        mask.dims == [windows, 1, tokens, tokens] && mask.floats() == want(),
         walk.fail(add, format!("`{name}` is not the mask of {window}x{window} windows shifted by {shift} on a {h}x{w} grid"))
     );
     let merge = walk.next(add, "Reshape")?;
