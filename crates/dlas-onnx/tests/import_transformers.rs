@@ -4,9 +4,9 @@
 //! graph's f64 reference at relative L2 < 1e-4 (the cross-check's
 //! tolerance). Small graphs and the block models here; the ImageNet
 //! networks in an ignored test. The standard forms (PyTorch's GELU with a
-//! Div, opset 17's LayerNormalization) import as the same operators, and a
-//! file whose attention or GELU differs in one constant is refused with a
-//! one-line error naming the node.
+//! Div, opset 20's Gelu, opset 17's LayerNormalization) import as the same
+//! operators, and a file whose attention or GELU differs in one constant is
+//! refused with a one-line error naming the node.
 
 use dlas_core::Dataset;
 use dlas_engine::config::EngineConfig;
@@ -301,7 +301,7 @@ fn a_perturbed_constant_is_refused_naming_its_node() {
 }
 
 #[test]
-fn pytorch_gelu_and_opset17_layer_normalization_import() {
+fn pytorch_gelu_opset20_gelu_and_opset17_layer_normalization_import() {
     // PyTorch divides by sqrt 2 where this crate multiplies by its inverse.
     let graph = small_vit();
     let mut m = message(&graph);
@@ -318,6 +318,38 @@ fn pytorch_gelu_and_opset17_layer_normalization_import() {
     {
         set_f32(t, 0, std::f32::consts::SQRT_2);
     }
+    let (back, back_weights) = import_message(&m).unwrap();
+    assert_same(&back, &back_weights, &graph, &generate(&graph, 3));
+
+    // Opset 20's Gelu node in place of each GELU subgraph.
+    let mut m = message(&graph);
+    m.opset_import[0].version = 20;
+    let g = m.graph.as_mut().unwrap();
+    let gelus: Vec<String> = g
+        .node
+        .iter()
+        .filter(|n| n.name.ends_with(".erf"))
+        .map(|n| n.name.trim_end_matches(".erf").to_string())
+        .collect();
+    for gelu in &gelus {
+        let first = g
+            .node
+            .iter()
+            .position(|n| n.name == format!("{gelu}.scaled"))
+            .unwrap();
+        let x = g.node[first].input[0].clone();
+        g.node
+            .retain(|n| !n.name.starts_with(&format!("{gelu}.")) && n.name != *gelu);
+        let node = pb::NodeProto {
+            input: vec![x],
+            output: vec![gelu.clone()],
+            name: gelu.clone(),
+            op_type: "Gelu".into(),
+            ..Default::default()
+        };
+        g.node.insert(first, node);
+    }
+    assert_eq!(gelus.len(), 2);
     let (back, back_weights) = import_message(&m).unwrap();
     assert_same(&back, &back_weights, &graph, &generate(&graph, 3));
 
