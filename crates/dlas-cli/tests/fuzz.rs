@@ -311,11 +311,57 @@ fn small_onnx() -> Vec<u8> {
     dlas_onnx::export(&graph, &weights)
 }
 
+/// A small transformer with every transformer operator the importer
+/// recognises: layer norm, GELU, shifted windows with their mask and
+/// relative-position table, patch merging, layer scale, class token,
+/// position embedding, global attention and first token.
+fn small_transformer_onnx() -> Vec<u8> {
+    use dlas_zoo::Attention;
+    let mut g = dlas_zoo::GraphBuilder::new("small-transformer", Dataset::Cifar10);
+    let x = g.input();
+    let x = g.conv(x, 8, 4, 4, 0, 1, true);
+    let y = g.layer_norm(x, 1e-5);
+    let y = g.pointwise(y, 24, true);
+    let windows = Attention {
+        heads: 2,
+        window: Some(4),
+        shift: 2,
+        relative_bias: true,
+    };
+    let y = g.attention(y, windows);
+    let x = g.add(x, y);
+    let y = g.pointwise(x, 16, true);
+    let y = g.gelu(y);
+    let y = g.pointwise(y, 8, true);
+    let y = g.layer_scale(y);
+    let x = g.add(x, y);
+    let x = g.space_to_depth(x);
+    let x = g.class_token(x);
+    let x = g.position_embedding(x);
+    let y = g.pointwise(x, 96, true);
+    let global = Attention {
+        heads: 2,
+        window: None,
+        shift: 0,
+        relative_bias: false,
+    };
+    let y = g.attention(y, global);
+    let x = g.add(x, y);
+    let x = g.first_token(x);
+    let x = g.flatten(x);
+    g.linear(x, 10);
+    let graph = g.finish();
+    let weights = dlas_zoo::weights::generate(&graph, 1);
+    dlas_onnx::export(&graph, &weights)
+}
+
 #[test]
 fn fuzz_onnx_bytes() {
-    let seed = small_onnx();
-    dlas_onnx::import(&seed, "small", Dataset::Cifar10).expect("the seed imports");
-    fuzz("onnx_bytes", inputs(vec![seed]), |bytes| {
+    let seeds = vec![small_onnx(), small_transformer_onnx()];
+    for seed in &seeds {
+        dlas_onnx::import(seed, "small", Dataset::Cifar10).expect("the seed imports");
+    }
+    fuzz("onnx_bytes", inputs(seeds), |bytes| {
         let _ = dlas_onnx::import(&bytes, "fuzz", Dataset::Cifar10);
     });
 }
@@ -385,8 +431,20 @@ fn pick(index: &Index, len: usize) -> Option<usize> {
 
 #[test]
 fn fuzz_onnx_model() {
+    fuzz_model("onnx_model", &small_onnx());
+}
+
+/// The transformer's subgraphs, edited: the importer recognises them or
+/// refuses them, never panics.
+#[test]
+fn fuzz_onnx_transformer_model() {
+    fuzz_model("onnx_transformer_model", &small_transformer_onnx());
+}
+
+/// Runs target `target` on edits of the decoded `seed`.
+fn fuzz_model(target: &str, seed: &[u8]) {
     use prost::Message;
-    let seed = dlas_onnx::export::decode(&small_onnx()).unwrap();
+    let seed = dlas_onnx::export::decode(seed).unwrap();
     let names: Vec<String> = {
         let graph = seed.graph.as_ref().unwrap();
         let mut names: Vec<String> = graph.node.iter().flat_map(|n| n.output.clone()).collect();
@@ -401,7 +459,7 @@ fn fuzz_onnx_model() {
         .chain(["Softmax", ""])
         .collect();
     let strategy = prop::collection::vec(model_edit(), 1..5);
-    fuzz("onnx_model", strategy, |edits| {
+    fuzz(target, strategy, |edits| {
         let mut model = seed.clone();
         let graph = model.graph.as_mut().unwrap();
         for edit in &edits {

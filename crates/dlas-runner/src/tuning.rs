@@ -131,15 +131,10 @@ pub fn tasks(
         }
         let path = models.path(study, &crate::models::model_file_of(c))?;
         let bytes = std::fs::read(&path)?;
-        // A network the importer cannot read (an operator it lacks) is
-        // skipped with its reason, as one with a layer the engine lacks.
-        let (graph, weights) = match dlas_onnx::import(&bytes, &c.model, c.dataset) {
-            Ok(imported) => imported,
-            Err(e) => {
-                cannot_run(skipped, format!("{e:#}"));
-                continue;
-            }
-        };
+        // The importer reads every network of the zoo (transformers
+        // included), so a file it refuses is an error, not a skip.
+        let (graph, weights) = dlas_onnx::import(&bytes, &c.model, c.dataset)
+            .with_context(|| format!("{}", path.display()))?;
         let config = crate::native::engine_config(c, threads, &graph, &weights)?;
         let mut layers = Vec::new();
         let mut unsupported = None;

@@ -31,6 +31,8 @@ use tract_onnx::prelude::f16;
 mod imported;
 mod transformer;
 
+pub(crate) use transformer::{relative_index, shift_mask};
+
 pub const OPSET: i64 = 13;
 pub const INPUT: &str = "input";
 pub const OUTPUT: &str = "output";

@@ -142,15 +142,9 @@ impl GraphOut {
         let scale = self.scalar(&format!("{prefix}.scale"), 1.0 / (head_dim as f32).sqrt());
         let mut scores = self.step("Mul", prefix, "scores", vec![dots, scale]);
         if let Some(table) = table {
-            let side = 2 * ww - 1;
             let rows = table.len() as i64 / heads;
             let table = self.initializer(&format!("{prefix}.relative_bias"), &[rows, heads], table);
-            let index: Vec<i64> = (0..tokens * tokens)
-                .map(|ij| {
-                    let (i, j) = (ij / tokens, ij % tokens);
-                    (i / ww - j / ww + wh - 1) * side + (i % ww - j % ww + ww - 1)
-                })
-                .collect();
+            let index = relative_index(wh, ww);
             let index = self.int64(
                 &format!("{prefix}.relative_index"),
                 &[tokens * tokens],
@@ -190,12 +184,27 @@ impl GraphOut {
     }
 }
 
+/// The row of the relative-position table that each (query, key) pair of
+/// tokens of a `wh x ww` window reads, row-major over the pairs: the
+/// table is indexed by the offset `(dy, dx)`, each shifted to start at 0.
+/// The importer compares a file's index with this one.
+pub(crate) fn relative_index(wh: i64, ww: i64) -> Vec<i64> {
+    let (tokens, side) = (wh * ww, 2 * ww - 1);
+    (0..tokens * tokens)
+        .map(|ij| {
+            let (i, j) = (ij / tokens, ij % tokens);
+            (i / ww - j / ww + wh - 1) * side + (i % ww - j % ww + ww - 1)
+        })
+        .collect()
+}
+
 /// Swin's attention mask for windows shifted by `shift` on an `h x w` grid
 /// (square windows of side `window`), `(windows, 1, tokens, tokens)`, as
 /// timm builds it: label the rolled grid's nine regions
 /// (`[0, -window)`, `[-window, -shift)`, `[-shift, end)` on each axis),
-/// and add -100 where two tokens of a window carry different labels.
-fn shift_mask(h: i64, w: i64, window: i64, shift: i64) -> Vec<f32> {
+/// and add -100 where two tokens of a window carry different labels. The
+/// importer compares a file's mask with this one.
+pub(crate) fn shift_mask(h: i64, w: i64, window: i64, shift: i64) -> Vec<f32> {
     let region = |pos: i64, size: i64| {
         [0, size - window, size - shift]
             .iter()

@@ -300,6 +300,9 @@ pub(super) fn import(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Res
             let (id, rank) = imp.tensor(x)?;
             Value::Node { id, rank }
         }
+        "ReduceMean" | "Pow" | "Sqrt" | "Erf" | "MatMul" | "Slice" => bail!(
+            "{op} is supported only within the subgraphs of a layer norm, GELU, attention or first token as this crate exports them"
+        ),
         other if FOLDED.contains(&other) => {
             bail!(
                 "{other} is supported on constants only (a shape computation), not on a computed tensor"
@@ -424,9 +427,11 @@ fn gemm(imp: &mut Importer, node: &pb::NodeProto, a: &Attrs) -> Result<Value> {
 
 /// Add or Mul of a tensor and a constant of one value per channel (or one
 /// in all): Caffe2's batch norm is a BatchNormalization then a Mul and an
-/// Add of its unsqueezed scale and bias. The IR's per-channel affine is its
-/// batch norm, here with mean 0 and variance 1 - eps (so that the
-/// normalisation divides by 1 up to float32 rounding, about 1e-8).
+/// Add of its unsqueezed scale and bias, ConvNeXt's layer scale a Mul. The
+/// Mul is the IR's layer scale; the Add its batch norm, with mean 0 and
+/// variance 1 - eps (so that the normalisation divides by 1 up to float32
+/// rounding, about 1e-8). An Add of a constant of the tensor's whole shape
+/// is a ViT's position embedding.
 fn affine(imp: &mut Importer, node: &pb::NodeProto) -> Result<Value> {
     let [a, b] = node.input.as_slice() else {
         bail!("{} of {} inputs", node.op_type, node.input.len());
@@ -441,26 +446,32 @@ fn affine(imp: &mut Importer, node: &pb::NodeProto) -> Result<Value> {
     let dims: Vec<usize> = t.dims.iter().copied().skip_while(|&d| d == 1).collect();
     let per_channel = if rank == 2 { vec![c] } else { vec![c, 1, 1] };
     let values = t.floats();
+    let shape = imp.builder.shape(id);
     let values = match values.len() {
         1 if dims.iter().all(|&d| d == 1) => vec![values[0]; c],
         _ if dims == per_channel => values,
+        _ if node.op_type == "Add" && rank == 4 && dims == shape => {
+            let id = imp.builder.position_embedding(id);
+            imp.params.push((id, Params::Tensor(values)));
+            return Ok(Value::Node { id, rank });
+        }
         _ => bail!(
             "{} of a tensor and a constant of shape {:?}; only one value per channel or one in all is supported",
             node.op_type,
             t.dims
         ),
     };
-    let (gamma, beta) = if node.op_type == "Mul" {
-        (values, vec![0.0; c])
-    } else {
-        (vec![1.0; c], values)
-    };
+    if node.op_type == "Mul" {
+        let id = imp.builder.layer_scale(id);
+        imp.params.push((id, Params::Tensor(values)));
+        return Ok(Value::Node { id, rank });
+    }
     let id = imp.builder.batch_norm(id);
     imp.params.push((
         id,
         Params::BatchNorm {
-            gamma,
-            beta,
+            gamma: vec![1.0; c],
+            beta: values,
             mean: vec![0.0; c],
             var: vec![1.0 - 1e-5; c],
         },

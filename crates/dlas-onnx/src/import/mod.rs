@@ -9,7 +9,11 @@
 //! IR has no operator for is resolved here: shape computations on
 //! constants are folded ([`fold`]), inference no-ops (Dropout, Identity)
 //! vanish, a zero Pad joins the convolution after it, and ShuffleNet's
-//! Reshape-Transpose-Reshape becomes one channel shuffle.
+//! Reshape-Transpose-Reshape becomes one channel shuffle. The transformer
+//! operators, which exporters write as subgraphs of primitives (layer norm,
+//! GELU, windowed attention, class token, patch merging), are recognised
+//! as whole subgraphs ([`transformer`], [`attention`]) and become the IR
+//! operator they were exported from.
 
 use anyhow::{Context, Result, bail, ensure};
 use dlas_core::Dataset;
@@ -20,10 +24,13 @@ use prost::Message;
 use std::collections::HashMap;
 use tract_onnx::pb::{self, tensor_shape_proto::dimension, type_proto};
 
+mod attention;
 mod fold;
 mod layers;
+mod subgraph;
 #[cfg(test)]
 mod tests;
+mod transformer;
 mod window;
 
 /// The operators the importer understands (folded or removed ones included).
@@ -60,6 +67,14 @@ pub const SUPPORTED: &[&str] = &[
     "Cast",
     "Sub",
     "Div",
+    "ReduceMean",
+    "Pow",
+    "Sqrt",
+    "Erf",
+    "MatMul",
+    "Slice",
+    "LayerNormalization",
+    "Gelu",
 ];
 
 /// The largest size (channels, kernel, stride, padding) an imported model
@@ -135,8 +150,17 @@ pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weig
             rank: 4,
         },
     );
-    for node in &graph.node {
-        importer.node(node)?;
+    // A recognised subgraph takes its nodes, which are then skipped.
+    let nodes = subgraph::Nodes::new(&graph.node);
+    let mut taken = vec![false; graph.node.len()];
+    for (i, node) in graph.node.iter().enumerate() {
+        if taken[i] {
+            continue;
+        }
+        match transformer::recognise(&mut importer, &nodes, i)? {
+            Some(subgraph) => subgraph.into_iter().for_each(|j| taken[j] = true),
+            None => importer.node(node)?,
+        }
     }
     let output = graph
         .output
@@ -174,6 +198,24 @@ fn input_shape(input: &pb::ValueInfoProto) -> Option<Shape> {
         .collect::<Option<_>>()?;
     let shape: Shape = shape.try_into().ok()?;
     (shape.iter().product::<usize>() <= MAX_SIZE * 16).then_some(shape)
+}
+
+/// The value of a Constant node.
+fn constant_node(a: &Attrs) -> Result<Tensor> {
+    Ok(if let Some(t) = a.get("value").and_then(|v| v.t.as_ref()) {
+        Tensor::from_proto(t)?
+    } else if let Some(v) = a.get("value_ints") {
+        Tensor::ints(vec![v.ints.len()], v.ints.clone())
+    } else if let Some(v) = a.int("value_int") {
+        Tensor::ints(vec![], vec![v])
+    } else if let Some(v) = a.float("value_float") {
+        Tensor {
+            dims: vec![],
+            data: fold::Data::Float(vec![v]),
+        }
+    } else {
+        bail!("Constant without a supported value attribute");
+    })
 }
 
 /// Attributes of one node.
@@ -270,21 +312,7 @@ impl Importer {
                 return Ok(());
             }
             "Constant" => {
-                let t = if let Some(t) = a.get("value").and_then(|v| v.t.as_ref()) {
-                    Tensor::from_proto(t)?
-                } else if let Some(v) = a.get("value_ints") {
-                    Tensor::ints(vec![v.ints.len()], v.ints.clone())
-                } else if let Some(v) = a.int("value_int") {
-                    Tensor::ints(vec![], vec![v])
-                } else if let Some(v) = a.float("value_float") {
-                    Tensor {
-                        dims: vec![],
-                        data: fold::Data::Float(vec![v]),
-                    }
-                } else {
-                    bail!("Constant without a supported value attribute");
-                };
-                self.values.insert(out, Value::Const(t));
+                self.values.insert(out, Value::Const(constant_node(&a)?));
                 return Ok(());
             }
             "Shape" => {
