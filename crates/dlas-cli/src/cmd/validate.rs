@@ -126,8 +126,11 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     );
     if let Some(e) = &host.efficiency {
         println!(
-            "\nIn sample: the curves against the warm layer timings they are fitted to (median |ln(fitted/measured)| per class; the network rows above are out of sample; {} cold timings not fitted):",
-            e.cold_left_out
+            "\nIn sample: the curves against the warm layer timings they are fitted to (median |ln(fitted/measured)| per class; the network rows above are out of sample{}):",
+            match e.cold_left_out {
+                0 => String::new(),
+                n => format!("; {n} cold timings of an older calibration not fitted"),
+            }
         );
         for (class, curve) in &e.curves {
             println!(
