@@ -115,11 +115,15 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
 }
 
 /// Times every compiler on the same ONNX file and prints ratios against
-/// ONNX Runtime and tract measured in the same run.
+/// ONNX Runtime and tract measured in the same run: the DLAS study's
+/// ResNet-18 (CIFAR-10), MobileNetV2 and ResNet-50 (ImageNet) with int8
+/// too, and the compiler study's ViT-S/16 (dense fp32 only, as that study
+/// runs it).
 fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Result<ExitCode> {
     use dlas_core::{Algorithm, Combination, Compression, Dataset};
     let specs = project.specs()?;
-    let study = project.study("dlas", &specs)?;
+    let dlas = project.study("dlas", &specs)?;
+    let compilers = project.study("compilers", &specs)?;
     let library = dlas_backends::ort_runtime::library_path(&project.root);
     dlas_backends::ort_runtime::init(&library)?;
     let mut models = dlas_runner::models::Models::new(&project.root)?;
@@ -129,9 +133,11 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
         timeout: Duration::from_secs(600),
     };
     println!("network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_vs_tract_opt");
-    for (dataset, model) in [
-        (Dataset::Cifar10, "resnet18"),
-        (Dataset::Imagenet, "mobilenetv2"),
+    for (study, dataset, model, int8) in [
+        (&dlas, Dataset::Cifar10, "resnet18", true),
+        (&dlas, Dataset::Imagenet, "mobilenetv2", true),
+        (&dlas, Dataset::Imagenet, "resnet50", true),
+        (&compilers, Dataset::Imagenet, "vit_s16", false),
     ] {
         let combination = |compiler: &str, algorithm: Algorithm, compression| Combination {
             algorithm,
@@ -139,7 +145,7 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
             ..Combination::host(dataset, model, compiler)
         };
         let reference = combination("ort-opt", Algorithm::Auto, Compression::Dense);
-        let path = models.path(&study, &reference)?;
+        let path = models.path(study, &reference)?;
         let input = dlas_runner::models::input(&reference, study.protocol.seed);
         let macs = (dlas_zoo::find(dataset, model)?.build)().macs() as f64;
         let [c, h, w] = dataset.input_chw();
@@ -156,7 +162,12 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
                 median(measure(session.as_mut(), &input, protocol)?),
             ));
         }
-        for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
+        for algorithm in [
+            Algorithm::Direct,
+            Algorithm::Gemm,
+            Algorithm::SpatialPack,
+            Algorithm::Winograd,
+        ] {
             let c = combination(dlas_core::NATIVE, algorithm, Compression::Dense);
             let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
             timed.push((
@@ -164,22 +175,24 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
                 median(measure(session.as_mut(), &input, protocol)?),
             ));
         }
-        // int8: ONNX Runtime on the QDQ file, the engine with the same
-        // quantisation parameters (its ratios are still against fp32 ORT).
-        let int8 = combination("ort-opt", Algorithm::Auto, Compression::Int8);
-        let int8_path = models.path(&study, &int8)?;
-        let mut session = dlas_backends::load("ort-opt", &int8_path, &config)?;
-        timed.push((
-            "ort-opt int8".into(),
-            median(measure(session.as_mut(), &input, protocol)?),
-        ));
-        // The engine quantises the fp32 file itself (as `dlas run` does).
-        let c = combination(dlas_core::NATIVE, Algorithm::Gemm, Compression::Int8);
-        let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
-        timed.push((
-            "native gemm int8".into(),
-            median(measure(session.as_mut(), &input, protocol)?),
-        ));
+        if int8 {
+            // int8: ONNX Runtime on the QDQ file, the engine with the same
+            // quantisation parameters (its ratios are still against fp32 ORT).
+            let int8 = combination("ort-opt", Algorithm::Auto, Compression::Int8);
+            let int8_path = models.path(study, &int8)?;
+            let mut session = dlas_backends::load("ort-opt", &int8_path, &config)?;
+            timed.push((
+                "ort-opt int8".into(),
+                median(measure(session.as_mut(), &input, protocol)?),
+            ));
+            // The engine quantises the fp32 file itself (as `dlas run` does).
+            let c = combination(dlas_core::NATIVE, Algorithm::Gemm, Compression::Int8);
+            let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
+            timed.push((
+                "native gemm int8".into(),
+                median(measure(session.as_mut(), &input, protocol)?),
+            ));
+        }
         let (ort, tract) = (timed[0].1, timed[1].1);
         for (compiler, ms) in &timed {
             println!(
