@@ -42,6 +42,9 @@ pub struct Catalogue {
     /// observations rather than by [`Catalogue::table`] (the DLAS study's
     /// Table 8); selecting it checks the observations and writes the
     /// claims file.
+    /// The table with the device model's error measured on this machine,
+    /// which footers of modelled figures cite.
+    pub validation_table: usize,
     pub verdict_table: Option<(usize, VerdictTable)>,
     /// The tables drawn from the compression facts, which take seconds to
     /// compute; the CLI computes them only for these.

@@ -1,6 +1,7 @@
 //! Which numbers are measured and which modelled, said wherever a reader
 //! looks: panel titles, table columns, footers and the top of the report
-//! page, with the model's error measured on this machine (Table 9).
+//! page, with the model's error measured on this machine (the catalogue's
+//! validation table).
 
 use crate::inputs::Inputs;
 
@@ -42,14 +43,16 @@ pub fn model_note(inputs: &Inputs, devices: &[String]) -> String {
     out
 }
 
-/// The model's error as measured on this machine (Table 9), in words.
+/// The model's error as measured on this machine (the catalogue's
+/// validation table), in words.
 pub fn model_error(inputs: &Inputs) -> String {
     let errors = inputs
         .validation
         .and_then(|v| crate::validation::Errors::of(&v.rows.iter().collect::<Vec<_>>()));
     match errors {
         Some(e) => format!(
-            "its error measured on this machine (Table 9, {} native rows): typical factor {:.2} (median |ln ratio| {:.2}), {:.0}% of ordered pairs right",
+            "its error measured on this machine (Table {}, {} native rows): typical factor {:.2} (median |ln ratio| {:.2}), {:.0}% of ordered pairs right",
+            crate::catalogue_of(inputs.study).validation_table,
             e.n,
             e.median_abs_log.exp(),
             e.median_abs_log,

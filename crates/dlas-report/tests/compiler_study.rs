@@ -92,12 +92,12 @@ fn each_selection_writes_its_files_under_the_study_folders() {
         assert!(all.contains(&CLAIMS.to_string()));
         assert_eq!(all.last().map(String::as_str), Some(PAGE));
         assert_eq!(all.len(), 3 * TABLES.len() + 1 + 2 * FIGURES.len() + 1);
-        let err = dlas_report::build(inputs, Selection::Figure(8))
+        let err = dlas_report::build(inputs, Selection::Figure(9))
             .unwrap_err()
             .to_string();
         assert_eq!(
             err,
-            "the compiler study has no figure 8; figures: [1, 2, 3, 4, 5, 6, 7]"
+            "the compiler study has no figure 9; figures: [1, 2, 3, 4, 5, 6, 7, 8]"
         );
         // The same inputs give the same bytes; the page holds every figure
         // and the findings.

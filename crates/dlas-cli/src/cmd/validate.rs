@@ -147,15 +147,21 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The validation a study's report shows: its recorded host rows and its
-/// validation rows measured on the calibrated machine, predicted by the
-/// model; `None` when no row was measured there.
+/// The validation a study's report shows: its recorded host rows and every
+/// study's validation rows (the model and the calibrated machine are the
+/// same for all studies) measured on the calibrated machine, predicted by
+/// the model; `None` when no row was measured there.
 pub fn validation_of(project: &Project, study: &str) -> Result<Option<Validation>> {
-    let dir = project.root.join("data/results").join(study);
-    let files: Vec<PathBuf> = [dir.join("host.csv"), dir.join(VALIDATION_FILE)]
-        .into_iter()
-        .filter(|f| f.exists())
-        .collect();
+    let results = project.root.join("data/results");
+    let mut files = vec![results.join(study).join("host.csv")];
+    let mut studies: Vec<PathBuf> = std::fs::read_dir(&results)
+        .with_context(|| format!("reading {}", results.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("reading {}", results.display()))?;
+    studies.sort();
+    files.extend(studies.iter().map(|d| d.join(VALIDATION_FILE)));
+    let files: Vec<PathBuf> = files.into_iter().filter(|f| f.is_file()).collect();
     let measured_dir = project
         .root
         .join("data/devices")

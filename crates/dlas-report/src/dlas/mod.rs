@@ -146,6 +146,7 @@ pub static CATALOGUE: Catalogue = Catalogue {
     page: PAGE,
     command: "cargo xtask reproduce --all",
     claims_command: "dlas claims FILE...",
+    validation_table: 9,
     verdict_table: Some((8, observations::table)),
     compression_tables: &[2, 5, 8],
     compression_figures: &[2, 3, 7],

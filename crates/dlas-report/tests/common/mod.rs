@@ -65,12 +65,7 @@ pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let layer = LayerSlice::read(&root.join(layer_path("dlas"))).unwrap();
     let accuracy = accuracy(&root);
     let plan = Plan::expand(&study);
-    let host = dlas_devices::load_calibrated(&root.join("data/devices/measured")).unwrap();
-    let measured = results::read_results(&root.join("data/results/dlas/validation.csv")).unwrap();
-    let validation = Validation {
-        rows: dlas_report::validation::validate(&measured, &host).unwrap(),
-        footer: "Measured: data/results/dlas/validation.csv.".into(),
-    };
+    let validation = validation(&root);
     let inputs = Inputs {
         study: &study,
         plan: &plan,
@@ -94,6 +89,7 @@ pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let (rows, result_files) = read_files(&root, paths);
     let sweeps = Sweeps::default();
     let plan = Plan::expand(&study);
+    let validation = validation(&root);
     let inputs = Inputs {
         study: &study,
         plan: &plan,
@@ -104,7 +100,18 @@ pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         sweeps: &sweeps,
         layer: None,
         accuracy: &[],
-        validation: None,
+        validation: Some(&validation),
     };
     f(&inputs);
+}
+
+/// The device model's validation: the committed validation rows, measured
+/// on the calibrated machine, and the model's predictions of them.
+fn validation(root: &std::path::Path) -> Validation {
+    let host = dlas_devices::load_calibrated(&root.join("data/devices/measured")).unwrap();
+    let measured = results::read_results(&root.join("data/results/dlas/validation.csv")).unwrap();
+    Validation {
+        rows: dlas_report::validation::validate(&measured, &host).unwrap(),
+        footer: "Measured: data/results/dlas/validation.csv.".into(),
+    }
 }
