@@ -9,6 +9,7 @@ use dlas_engine::{
     WinogradSchedule, Workload,
 };
 use dlas_zoo::reference::conv2d_f64;
+use dlas_zoo::reference::relative_l2 as rel_l2;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -148,17 +149,6 @@ fn from_nhwc(x: &[f32], [c, h, w]: [usize; 3]) -> Vec<f32> {
         }
     }
     out
-}
-
-fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let err: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&g, &w)| (g as f64 - w).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (err / norm.max(1e-30)).sqrt()
 }
 
 /// The layer `config` makes of `w` with `weights` and `bias`, as the

@@ -6,23 +6,13 @@ use dlas_engine::{
     DType, Engine, EngineConfig, FormatChoice, GemmSchedule, KernelAlgorithm, Schedule,
 };
 use dlas_zoo::reference;
+use dlas_zoo::reference::relative_l2 as rel_l2;
 use dlas_zoo::weights::{generate, input};
 use dlas_zoo::{Attention, Graph, GraphBuilder, Op};
 
 /// Errors of ~1e-7 per layer compound over ~20-50 layers and are amplified
 /// by badly conditioned layers; 1e-4 still catches any wrong element.
 const NETWORK_TOLERANCE: f64 = 1e-4;
-
-fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let err: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&g, &w)| (g as f64 - w).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (err / norm).sqrt()
-}
 
 fn configs() -> Vec<EngineConfig> {
     let base = EngineConfig {

@@ -8,6 +8,7 @@
 use dlas_core::{Dataset, Layout};
 use dlas_engine::{Engine, EngineConfig, KernelAlgorithm};
 use dlas_zoo::reference;
+use dlas_zoo::reference::relative_l2 as rel_l2;
 use dlas_zoo::weights::generate;
 use dlas_zoo::{Attention, Graph, GraphBuilder, NodeId, Shape};
 use proptest::prelude::*;
@@ -18,17 +19,6 @@ use rand_chacha::ChaCha8Rng;
 /// one exp per score, so errors stay near 1e-7; 1e-5 catches any wrong
 /// element.
 const TOLERANCE: f64 = 1e-5;
-
-fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let err: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&g, &w)| (g as f64 - w).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (err / norm).sqrt()
-}
 
 /// The graph `build` makes on an input of `shape`, run by the engine in
 /// both layouts (gemm, the algorithm that runs NHWC) on `batch` samples of

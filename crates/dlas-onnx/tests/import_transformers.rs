@@ -12,23 +12,13 @@ use dlas_core::Dataset;
 use dlas_engine::config::EngineConfig;
 use dlas_engine::engine::Engine;
 use dlas_onnx::{export, import, model};
+use dlas_zoo::reference::relative_l2 as rel_l2;
 use dlas_zoo::weights::{Weights, generate, input};
 use dlas_zoo::{Attention, Graph, GraphBuilder, NodeId, reference};
 use prost::Message;
 use tract_onnx::pb;
 
 const TOLERANCE: f64 = 1e-4;
-
-fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let err: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&g, &w)| (g as f64 - w).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (err / norm).sqrt()
-}
 
 /// Checks that `back` is `graph` but for the node names.
 fn assert_same(back: &Graph, back_weights: &Weights, graph: &Graph, weights: &Weights) {

@@ -6,21 +6,11 @@
 
 use dlas_core::Dataset;
 use dlas_onnx::{ExportOptions, evaluate, export};
+use dlas_zoo::reference::relative_l2 as rel_l2;
 use dlas_zoo::weights::{generate, input};
 use dlas_zoo::{Attention, Graph, GraphBuilder, reference};
 
 const TOLERANCE: f64 = 1e-4;
-
-fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let err: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&g, &w)| (g as f64 - w).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (err / norm).sqrt()
-}
 
 fn check(graph: &Graph, batch: usize) {
     let weights = generate(graph, 3);

@@ -20,6 +20,20 @@ pub struct Evaluation {
     pub nodes: Option<Vec<Vec<f32>>>,
 }
 
+/// The relative L2 error of `got` (an evaluator's f32 output) against
+/// `want` (this reference's): `||got - want|| / ||want||`, the measure
+/// every test of a kernel or runtime against the reference uses.
+pub fn relative_l2(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let err: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (g as f64 - w).powi(2))
+        .sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (err / norm.max(1e-30)).sqrt()
+}
+
 /// Batch-norm epsilon (PyTorch's default).
 pub const BN_EPS: f64 = 1e-5;
 
