@@ -322,13 +322,7 @@ fn small_transformer_onnx() -> Vec<u8> {
     let x = g.conv(x, 8, 4, 4, 0, 1, true);
     let y = g.layer_norm(x, 1e-5);
     let y = g.pointwise(y, 24, true);
-    let windows = Attention {
-        heads: 2,
-        window: Some(4),
-        shift: 2,
-        relative_bias: true,
-    };
-    let y = g.attention(y, windows);
+    let y = g.attention(y, Attention::swin(2, 4, 2));
     let x = g.add(x, y);
     let y = g.pointwise(x, 16, true);
     let y = g.gelu(y);
@@ -339,13 +333,7 @@ fn small_transformer_onnx() -> Vec<u8> {
     let x = g.class_token(x);
     let x = g.position_embedding(x);
     let y = g.pointwise(x, 96, true);
-    let global = Attention {
-        heads: 2,
-        window: None,
-        shift: 0,
-        relative_bias: false,
-    };
-    let y = g.attention(y, global);
+    let y = g.attention(y, Attention::global(2));
     let x = g.add(x, y);
     let x = g.first_token(x);
     let x = g.flatten(x);

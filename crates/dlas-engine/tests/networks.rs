@@ -499,24 +499,6 @@ fn encoder_block(g: &mut GraphBuilder, x: usize, attention: Attention) -> usize 
     g.add(x, y)
 }
 
-fn global(heads: usize) -> Attention {
-    Attention {
-        heads,
-        window: None,
-        shift: 0,
-        relative_bias: false,
-    }
-}
-
-fn windows(heads: usize, window: usize, shift: usize) -> Attention {
-    Attention {
-        heads,
-        window: Some(window),
-        shift,
-        relative_bias: true,
-    }
-}
-
 /// A small ViT: patch embedding, class token, position embedding, two
 /// encoder blocks, first-token readout (what `deit_tiny` and `vit_s16`
 /// are made of, at a size the reference evaluates in milliseconds).
@@ -528,7 +510,7 @@ fn small_vit() {
     let x = g.class_token(x);
     let mut x = g.position_embedding(x);
     for _ in 0..2 {
-        x = encoder_block(&mut g, x, global(3));
+        x = encoder_block(&mut g, x, Attention::global(3));
     }
     let x = g.layer_norm(x, 1e-6);
     let x = g.first_token(x);
@@ -547,12 +529,12 @@ fn small_swin() {
     let x = g.input();
     let x = g.conv(x, 16, 4, 4, 0, 1, true);
     let x = g.layer_norm(x, 1e-5);
-    let x = encoder_block(&mut g, x, windows(2, 4, 0));
-    let x = encoder_block(&mut g, x, windows(2, 4, 2));
+    let x = encoder_block(&mut g, x, Attention::swin(2, 4, 0));
+    let x = encoder_block(&mut g, x, Attention::swin(2, 4, 2));
     let x = g.space_to_depth(x);
     let x = g.layer_norm(x, 1e-5);
     let x = g.pointwise(x, 32, false);
-    let x = encoder_block(&mut g, x, windows(4, 4, 0));
+    let x = encoder_block(&mut g, x, Attention::swin(4, 4, 0));
     let x = g.layer_norm(x, 1e-5);
     let x = g.layer_scale(x);
     let x = g.global_avg_pool(x);

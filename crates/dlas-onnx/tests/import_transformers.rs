@@ -79,15 +79,6 @@ fn encoder_block(g: &mut GraphBuilder, x: NodeId, attention: Attention, eps: f64
     g.add(x, y)
 }
 
-fn windows(heads: usize, window: usize, shift: usize) -> Attention {
-    Attention {
-        heads,
-        window: Some(window),
-        shift,
-        relative_bias: true,
-    }
-}
-
 /// A small ViT: patch embedding, class token, position embedding, global
 /// attention over 17 tokens, first-token readout.
 fn small_vit() -> Graph {
@@ -97,12 +88,7 @@ fn small_vit() -> Graph {
     let x = g.class_token(x);
     let mut x = g.position_embedding(x);
     for _ in 0..2 {
-        let global = Attention {
-            heads: 3,
-            window: None,
-            shift: 0,
-            relative_bias: false,
-        };
+        let global = Attention::global(3);
         x = encoder_block(&mut g, x, global, 1e-6);
     }
     let x = g.layer_norm(x, 1e-6);
@@ -120,12 +106,12 @@ fn small_swin() -> Graph {
     let x = g.input();
     let x = g.conv(x, 16, 4, 4, 0, 1, true);
     let x = g.layer_norm(x, 1e-5);
-    let x = encoder_block(&mut g, x, windows(2, 4, 0), 1e-5);
-    let x = encoder_block(&mut g, x, windows(2, 4, 2), 1e-5);
+    let x = encoder_block(&mut g, x, Attention::swin(2, 4, 0), 1e-5);
+    let x = encoder_block(&mut g, x, Attention::swin(2, 4, 2), 1e-5);
     let x = g.space_to_depth(x);
     let x = g.layer_norm(x, 1e-5);
     let x = g.pointwise(x, 32, false);
-    let x = encoder_block(&mut g, x, windows(4, 2, 1), 1e-5);
+    let x = encoder_block(&mut g, x, Attention::swin(4, 2, 1), 1e-5);
     let x = g.layer_norm(x, 1e-5);
     let x = g.layer_scale(x);
     let x = g.global_avg_pool(x);
@@ -139,7 +125,7 @@ fn one_window() -> Graph {
     let mut g = GraphBuilder::with_input("one-window", Dataset::Imagenet, [3, 16, 16]);
     let x = g.input();
     let x = g.conv(x, 16, 4, 4, 0, 1, true);
-    let x = encoder_block(&mut g, x, windows(2, 4, 0), 1e-5);
+    let x = encoder_block(&mut g, x, Attention::swin(2, 4, 0), 1e-5);
     let x = g.global_avg_pool(x);
     let x = g.flatten(x);
     g.linear(x, 10);

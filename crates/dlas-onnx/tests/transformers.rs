@@ -36,15 +36,7 @@ fn all_operators() -> Graph {
     for shift in [0, 2] {
         let y = g.layer_norm(x, 1e-5);
         let qkv = g.pointwise(y, 72, true);
-        let a = g.attention(
-            qkv,
-            Attention {
-                heads: 3,
-                window: Some(4),
-                shift,
-                relative_bias: true,
-            },
-        );
+        let a = g.attention(qkv, Attention::swin(3, 4, shift));
         let a = g.pointwise(a, 24, true);
         x = g.add(x, a);
     }
@@ -61,15 +53,7 @@ fn all_operators() -> Graph {
     let x = g.class_token(x);
     let x = g.position_embedding(x);
     let qkv = g.pointwise(x, 96, true);
-    let a = g.attention(
-        qkv,
-        Attention {
-            heads: 2,
-            window: None,
-            shift: 0,
-            relative_bias: false,
-        },
-    );
+    let a = g.attention(qkv, Attention::global(2));
     let x = g.add(x, a);
     let x = g.first_token(x);
     let x = g.flatten(x);

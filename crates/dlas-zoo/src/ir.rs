@@ -173,6 +173,27 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// ViT's attention: every token attends to every token of the sample.
+    pub fn global(heads: usize) -> Attention {
+        Attention {
+            heads,
+            window: None,
+            shift: 0,
+            relative_bias: false,
+        }
+    }
+
+    /// Swin's attention: square windows of side `window`, shifted by
+    /// `shift`, with a relative-position bias table.
+    pub fn swin(heads: usize, window: usize, shift: usize) -> Attention {
+        Attention {
+            heads,
+            window: Some(window),
+            shift,
+            relative_bias: true,
+        }
+    }
+
     /// The number of learned relative-position biases.
     pub fn bias_count(&self) -> usize {
         match (self.relative_bias, self.window) {
