@@ -262,7 +262,10 @@ pub fn throughput_vs_batch(inputs: &Inputs) -> FigureData {
                 })
                 .collect();
             panels.push(LinePanel {
-                title: format!("{device}: {config}"),
+                title: format!(
+                    "{}: {config}",
+                    crate::provenance::panel_title(inputs, device)
+                ),
                 x_label: "log2 of the batch size".into(),
                 x_range: Some([0.0, log2(largest).max(1.0)]),
                 y_label: "throughput (samples/s)".into(),
@@ -397,13 +400,23 @@ pub fn metrics_bars(inputs: &Inputs) -> FigureData {
         .map(|(_, c)| *c)
         .filter(|c| all.iter().any(|m| m.compiler == *c))
         .collect();
-    // Metrics of mocked and measured devices side by side: the groups name
-    // the device, and the footer says which are modelled.
+    // Metrics of mocked and measured devices side by side in one panel, so
+    // the bars cannot be hollow per device: a modelled device's groups say
+    // so in their label.
     let panel = |title: &str, scale: Scale, value: &dyn Fn(&Metrics) -> Option<f64>| Panel {
         title: title.into(),
         modelled: false,
         scale,
-        groups: groups.iter().map(|(d, m)| format!("{d} {m}")).collect(),
+        groups: groups
+            .iter()
+            .map(|(d, m)| {
+                if crate::provenance::is_modelled(inputs, d) {
+                    format!("{d} {m} (modelled)")
+                } else {
+                    format!("{d} {m}")
+                }
+            })
+            .collect(),
         series: compiled
             .iter()
             .map(|c| Series {
@@ -437,7 +450,7 @@ pub fn metrics_bars(inputs: &Inputs) -> FigureData {
         log_y: true,
         body: Body::Bars(panels),
         footer: format!(
-            "Numbers: Table 2; definitions: docs/metrics.md. RTR and BSR grow from 1x on a log axis (down for a loss); ASE is on a linear axis from zero (negative when batching slows a configuration down). {}",
+            "Numbers: Table 2; definitions: docs/metrics.md. RTR and BSR grow from 1x on a log axis (down for a loss); ASE is on a linear axis from zero (negative when batching slows a configuration down). Bars here are solid for every device; the groups of modelled devices say (modelled). {}",
             footer(inputs, &devices)
         ),
     }
