@@ -25,10 +25,17 @@ pub struct Environment {
     pub ort_crate_version: String,
     /// ONNX Runtime build information and library hash, or why it is absent.
     pub onnxruntime: String,
+    /// The last commit that changed the code (crates, manifests, toolchain,
+    /// build flags), with `-dirty` if that code has uncommitted changes.
+    /// Commits of results alone leave it unchanged, so a campaign that
+    /// commits its rows as it goes keeps one record.
     pub git_revision: String,
-    /// 1-minute load average when the run started: other work on the machine
-    /// shows up here rather than silently in the timings.
-    pub load_average: String,
+    /// 1-minute load average when the run started. Records written before
+    /// December 2026 have it; newer ones leave it out, because it made every
+    /// invocation a new record: the load is kept per configuration, with
+    /// steal time and clock, beside its samples (`docs/protocol.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_average: Option<String>,
     /// The measurement protocol, as `key=value` pairs.
     pub protocol: Vec<(String, String)>,
 }
@@ -86,7 +93,7 @@ mod tests {
             ort_crate_version: "2.0.0-rc.15".into(),
             onnxruntime: "none".into(),
             git_revision: "abc".into(),
-            load_average: "0.1".into(),
+            load_average: None,
             protocol: vec![("runs".into(), "3".into())],
         }
     }
@@ -104,5 +111,19 @@ mod tests {
         let path = a.save(dir.path()).unwrap();
         assert_eq!(path, dir.path().join(format!("{}.json", a.id())));
         assert_eq!(Environment::load(&path).unwrap(), a);
+    }
+
+    #[test]
+    fn records_with_a_load_average_keep_their_id() {
+        // Records written before the field became optional name the rows
+        // of committed results files: their ids must not change.
+        let mut old = record();
+        old.load_average = Some("1.60".into());
+        let json = serde_json::to_string(&old).unwrap();
+        assert!(json.contains("\"load_average\":\"1.60\""));
+        let read: Environment = serde_json::from_str(&json).unwrap();
+        assert_eq!(read.id(), old.id());
+        let new = serde_json::to_string(&record()).unwrap();
+        assert!(!new.contains("load_average"));
     }
 }

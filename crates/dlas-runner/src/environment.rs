@@ -107,10 +107,8 @@ pub fn detect(
         tract_version: TRACT_VERSION.into(),
         ort_crate_version: ORT_CRATE_VERSION.into(),
         onnxruntime,
-        git_revision: git_revision(project_root),
-        load_average: read_trimmed("/proc/loadavg")
-            .and_then(|l| l.split_whitespace().next().map(String::from))
-            .unwrap_or_else(|| "not readable".into()),
+        git_revision: code_revision(project_root),
+        load_average: None,
         protocol,
     }
 }
@@ -121,7 +119,19 @@ fn read_trimmed(path: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-fn git_revision(root: &Path) -> String {
+/// What decides the measured code: the sources, manifests, toolchain and
+/// build flags (`.cargo/config.toml` sets the target CPU).
+const CODE_PATHS: &[&str] = &[
+    "crates",
+    "Cargo.toml",
+    "Cargo.lock",
+    "rust-toolchain.toml",
+    ".cargo",
+];
+
+/// The last commit that changed [`CODE_PATHS`], `-dirty` if they have
+/// uncommitted changes: committing measured rows does not change it.
+fn code_revision(root: &Path) -> String {
     let run = |args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
@@ -131,10 +141,15 @@ fn git_revision(root: &Path) -> String {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
-    match run(&["rev-parse", "HEAD"]) {
+    let last_change = [&["log", "-1", "--format=%H", "--"][..], CODE_PATHS].concat();
+    let status = [
+        &["status", "--porcelain", "--untracked-files=no", "--"][..],
+        CODE_PATHS,
+    ]
+    .concat();
+    match run(&last_change).filter(|rev| !rev.is_empty()) {
         Some(rev) => {
-            let dirty = run(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
+            let dirty = run(&status).is_some_and(|s| !s.is_empty());
             if dirty { format!("{rev}-dirty") } else { rev }
         }
         None => "not a git checkout".into(),
@@ -157,5 +172,37 @@ mod tests {
         assert_eq!(env.logical_cpus, Cpu::detect().logical_cpus);
         assert!(env.logical_cpus >= 1);
         assert!(!env.cpu_model.is_empty() && !env.rustc.is_empty());
+        assert_eq!(env.load_average, None);
+    }
+
+    #[test]
+    fn committing_results_keeps_the_code_revision() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .current_dir(root)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        std::fs::create_dir_all(root.join("crates")).unwrap();
+        std::fs::create_dir_all(root.join("data")).unwrap();
+        std::fs::write(root.join("crates/kernel.rs"), "fn a() {}").unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", "code"]);
+        let code = code_revision(root);
+        assert_eq!(code.len(), 40, "{code}");
+        std::fs::write(root.join("data/host.csv"), "id\n").unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", "rows"]);
+        assert_eq!(code_revision(root), code);
+        std::fs::write(root.join("crates/kernel.rs"), "fn b() {}").unwrap();
+        assert_eq!(code_revision(root), format!("{code}-dirty"));
     }
 }
