@@ -184,3 +184,48 @@ fn native_int8_uses_the_compression_parameters_and_stays_near_the_qdq_file() {
     assert!(qdq_to_fp32 > 1e-4, "the QDQ file is quantised");
     assert!(to_qdq < 0.05 && to_fp32 < 0.05, "{to_qdq} {to_fp32}");
 }
+
+/// tract computes an fp16 model in f32 on x86-64, as ONNX Runtime's CPU
+/// provider does there (emulated f16 took about a minute per CIFAR-10
+/// ResNet-18 inference): on the same fp16 file its logits stay near ONNX
+/// Runtime's, which also rounds activations to f16 between nodes, and its
+/// provider says what it computed in.
+#[test]
+fn tract_runs_fp16_models_in_f32_as_onnx_runtime_does() {
+    use dlas_backends::{SessionConfig, ort_runtime, relative_l2};
+    use dlas_core::{Combination, Compression};
+    use dlas_runner::models::{self, Models};
+    let Some((root, library)) = ort_library() else {
+        return;
+    };
+    ort_runtime::init(&library).unwrap();
+    let study = Study::load("dlas", &root.join("data/studies")).unwrap();
+    let mut files = Models::new(&root).unwrap();
+    let fp16 = |compiler: &str| Combination {
+        compression: Compression::Fp16,
+        ..Combination::host(Dataset::Cifar10, "resnet18", compiler)
+    };
+    let path = files.path(&study, &fp16("ort-noopt")).unwrap();
+    let config = SessionConfig {
+        input_shape: [1, 3, 32, 32],
+        threads: 2,
+        half_io: true,
+    };
+    let input = models::input(&fp16("ort-noopt"), 11);
+    let reference = dlas_backends::load("ort-noopt", &path, &config)
+        .unwrap()
+        .run(&input)
+        .unwrap();
+    for compiler in ["tract-plain", "tract-opt"] {
+        let mut session = dlas_backends::load(compiler, &path, &config).unwrap();
+        if cfg!(target_arch = "x86_64") {
+            assert!(
+                session.provider().contains("fp16 computed in f32"),
+                "{}",
+                session.provider()
+            );
+        }
+        let e = relative_l2(&session.run(&input).unwrap(), &reference);
+        assert!(e < 1e-2, "{compiler}: relative L2 {e} against ort-noopt");
+    }
+}
