@@ -13,7 +13,11 @@ use dlas_zoo::weights::MODEL_SEED;
 /// Resolves and verifies model files, each at most once per process.
 pub struct Models {
     root: PathBuf,
-    lock: HashMap<String, String>,
+    /// Each file's locked sha256s: a model may have several builds (the
+    /// int8 scales come from tract's f32 kernels, which round differently
+    /// with AVX-512 and AVX2), any of which is accepted, as by
+    /// `cargo xtask verify`.
+    lock: HashMap<String, Vec<String>>,
     verified: HashMap<String, PathBuf>,
 }
 
@@ -22,14 +26,16 @@ impl Models {
         let lock_path = project_root.join("data/models.lock");
         let text = std::fs::read_to_string(&lock_path)
             .with_context(|| format!("cannot read {}", lock_path.display()))?;
-        let lock = text
+        let mut lock: HashMap<String, Vec<String>> = HashMap::new();
+        for (hash, file) in text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (hash, file) = l.split_once("  ")?;
-                Some((file.trim().to_string(), hash.trim().to_string()))
-            })
-            .collect();
+            .filter_map(|l| l.split_once("  "))
+        {
+            lock.entry(file.trim().to_string())
+                .or_default()
+                .push(hash.trim().to_string());
+        }
         Ok(Models {
             root: project_root.to_path_buf(),
             lock,
@@ -56,7 +62,7 @@ impl Models {
                 }
                 check_hash(
                     &path,
-                    &user.sha256,
+                    std::slice::from_ref(&user.sha256),
                     &format!("the sha256 given in {}", study.path.display()),
                 )?;
                 path
@@ -174,14 +180,15 @@ pub fn int8_calibration(graph: &dlas_zoo::Graph) -> dlas_compress::Calibration {
     )
 }
 
-fn check_hash(path: &Path, expected: &str, pinned_by: &str) -> Result<()> {
+fn check_hash(path: &Path, expected: &[String], pinned_by: &str) -> Result<()> {
     let bytes =
         std::fs::read(path).with_context(|| format!("cannot read model {}", path.display()))?;
     let actual = hex::encode(Sha256::digest(&bytes));
-    if !actual.eq_ignore_ascii_case(expected) {
+    if !expected.iter().any(|e| actual.eq_ignore_ascii_case(e)) {
         bail!(
-            "model {} has sha256 {actual}, but {pinned_by} pins {expected}: refusing to run it",
-            path.display()
+            "model {} has sha256 {actual}, but {pinned_by} pins {}: refusing to run it",
+            path.display(),
+            expected.join(" or ")
         );
     }
     Ok(())
@@ -195,4 +202,21 @@ pub fn input(c: &Combination, seed: u64) -> Vec<f32> {
     (0..c.batch * ch * h * w)
         .map(|_| rng.random::<f32>())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_matching_any_locked_build_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.onnx");
+        std::fs::write(&path, b"model").unwrap();
+        let own = hex::encode(Sha256::digest(b"model"));
+        let other = hex::encode(Sha256::digest(b"another build"));
+        check_hash(&path, &[other.clone(), own], "lock").unwrap();
+        let err = check_hash(&path, &[other], "lock").unwrap_err().to_string();
+        assert!(err.contains("refusing to run it"), "{err}");
+    }
 }
