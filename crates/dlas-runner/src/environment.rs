@@ -120,13 +120,21 @@ fn read_trimmed(path: &str) -> Option<String> {
 }
 
 /// What decides the measured code: the sources, manifests, toolchain and
-/// build flags (`.cargo/config.toml` sets the target CPU).
+/// build flags (`.cargo/config.toml` sets the target CPU), as git pathspecs.
+/// Integration tests, benches and their fixtures are not part of the binary
+/// that measures: a commit touching only them must not split a campaign that
+/// spans sittings into two environment records (it once did, and 27
+/// DenseNet-161 rows had to be archived). Unit tests inside `src` still count:
+/// git cannot tell them from the code around them.
 const CODE_PATHS: &[&str] = &[
     "crates",
     "Cargo.toml",
     "Cargo.lock",
     "rust-toolchain.toml",
     ".cargo",
+    ":(exclude)crates/*/tests/*",
+    ":(exclude)crates/*/benches/*",
+    ":(exclude)crates/*/proptest-regressions/*",
 ];
 
 /// The last commit that changed [`CODE_PATHS`], `-dirty` if they have
@@ -176,7 +184,7 @@ mod tests {
     }
 
     #[test]
-    fn committing_results_keeps_the_code_revision() {
+    fn committing_results_or_tests_keeps_the_code_revision() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let git = |args: &[&str]| {
@@ -202,6 +210,13 @@ mod tests {
         git(&["add", "."]);
         git(&["commit", "-q", "-m", "rows"]);
         assert_eq!(code_revision(root), code);
+        std::fs::create_dir_all(root.join("crates/engine/tests")).unwrap();
+        std::fs::write(root.join("crates/engine/tests/ops.rs"), "#[test] fn t() {}").unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", "a test"]);
+        assert_eq!(code_revision(root), code, "a test-only commit");
+        std::fs::write(root.join("crates/engine/tests/ops.rs"), "").unwrap();
+        assert_eq!(code_revision(root), code, "an uncommitted test");
         std::fs::write(root.join("crates/kernel.rs"), "fn b() {}").unwrap();
         assert_eq!(code_revision(root), format!("{code}-dirty"));
     }
