@@ -280,7 +280,7 @@ fn fuzz_best_of() {
 fn fuzz_environment() {
     let seeds = [
         "dlas/archive/env-94f1df2963ac",
-        "compilers/env-20cd37d86cfc",
+        "compilers/archive/env-20cd37d86cfc",
     ]
     .map(|e| std::fs::read(root().join(format!("data/results/{e}.json"))).unwrap());
     file_reader("environment", seeds.to_vec(), |path| {
