@@ -21,7 +21,8 @@ pub enum KernelFamily {
     Gemm,
     SpatialPack,
     Depthwise,
-    /// Winograd F(4x4, 3x3): 3x3 stride-1 ungrouped dense fp32 layers only.
+    /// Winograd F(4x4, 3x3): 3x3 stride-1 ungrouped dense fp32 layers of
+    /// 16 or more output tiles only (see [`runs_winograd`]).
     Winograd,
 }
 
@@ -118,6 +119,28 @@ impl LayerTiming {
 /// each, partial tiles at the edges counting whole.
 pub fn winograd_tiles(out_hw: [usize; 2]) -> usize {
     out_hw[0].div_ceil(4) * out_hw[1].div_ceil(4)
+}
+
+/// Output tiles below which a Winograd configuration of the engine runs a
+/// 3x3 stride-1 layer as the GEMM. The products read the transformed
+/// weights, 36 x out x in values (four times the layer's), once per pass,
+/// and a pass's GEMMs have one column per tile: with the 4 tiles of an 8x8
+/// or 7x7 map, or the one of a 4x4 map, they do about one FMA per value
+/// loaded and the layer is bound by memory. Measured on the project's Xeon
+/// (AVX-512, 2 threads, `bench_engine -- 11 layers` and single layers):
+/// Winograd took 1.1-1.9x less time than the untuned GEMM on 32x32, 28x28,
+/// 16x16 and 14x14 maps (64-256 channels), as long on 512 channels at
+/// 7x7, and 1.1-1.5x longer at 8x8 (256 channels) and 1.8-2x longer at 4x4
+/// (512). A 16x16 or 14x14 map has 16 tiles.
+pub const WINOGRAD_MIN_TILES: usize = 16;
+
+/// Whether a Winograd configuration runs a convolution as Winograd F(4x4,
+/// 3x3), given its kernel, stride, groups and output size: 3x3, stride 1,
+/// one group and at least [`WINOGRAD_MIN_TILES`] output tiles. Every other
+/// layer of such a configuration runs the kernel the gemm would. The
+/// engine and the device model both decide with this.
+pub fn runs_winograd(kernel: usize, stride: usize, groups: usize, out_hw: [usize; 2]) -> bool {
+    kernel == 3 && stride == 1 && groups == 1 && winograd_tiles(out_hw) >= WINOGRAD_MIN_TILES
 }
 
 /// The multiplications Winograd F(4x4, 3x3) does on a 3x3 layer: 36 per

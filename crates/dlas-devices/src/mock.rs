@@ -30,7 +30,9 @@ use crate::efficiency::{Cost, Features, Layer, class_of, peak_macs};
 use crate::spec::{DeviceKind, DeviceSpec};
 use crate::workload::{Kernel, KernelKind, Workload};
 use crate::{Device, Unsupported};
-use dlas_core::calibration::{KernelFamily, Precision, winograd_macs, winograd_tiles};
+use dlas_core::calibration::{
+    KernelFamily, Precision, runs_winograd, winograd_macs, winograd_tiles,
+};
 use dlas_core::{Algorithm, Combination, Compression};
 use rand_distr::{Distribution, LogNormal};
 
@@ -308,17 +310,16 @@ impl MockDevice {
 }
 
 /// The convolution of kernel `k` if the engine runs it as Winograd under
-/// `c`: the winograd algorithm, dense fp32 weights, 3x3 stride 1 and one
-/// group (the engine runs every other layer as the gemm would).
+/// `c`: the winograd algorithm, dense fp32 weights, and a layer
+/// [`runs_winograd`] accepts (3x3, stride 1, one group, 16 or more output
+/// tiles; the engine runs every other layer as the gemm would).
 fn winograd_layer<'a>(c: &Combination, w: &Workload, k: &'a Kernel) -> Option<&'a dlas_zoo::Conv> {
     match &k.kind {
         KernelKind::Conv(conv)
             if c.algorithm == Algorithm::Winograd
                 && !c.format.is_sparse()
                 && precision_of(w.compression) == Precision::F32
-                && conv.kernel == 3
-                && conv.stride == 1
-                && conv.groups == 1 =>
+                && runs_winograd(conv.kernel, conv.stride, conv.groups, k.out_hw) =>
         {
             Some(conv)
         }

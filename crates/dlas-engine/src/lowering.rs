@@ -57,7 +57,9 @@ impl LayerKey {
     /// fp16 kernel), and int8 picks its own depthwise kernel under every
     /// algorithm (see `Int8Conv`).
     ///
-    /// Winograd computes 3x3 stride-1 ungrouped layers with dense fp32
+    /// Winograd computes 3x3 stride-1 ungrouped layers of 16 or more output
+    /// tiles (below that the layer is bound by reading its transformed
+    /// weights: `dlas_core::calibration::runs_winograd`) with dense fp32
     /// weights in either layout; every other layer of a Winograd
     /// configuration runs the kernel it would run under gemm (sparse
     /// weights the sparse GEMM, int8 the int8 GEMM, fp16 the fp16 GEMM

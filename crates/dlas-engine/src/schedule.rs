@@ -248,7 +248,7 @@ impl Schedule {
                 }
             }
             Schedule::Winograd(s) => {
-                if !crate::winograd::fits(w) {
+                if !crate::winograd::computes(w) {
                     return reject(
                         "Winograd F(4x4, 3x3) runs 3x3 stride-1 ungrouped convolutions only".into(),
                     );

@@ -28,11 +28,13 @@
 //! to 1e-5); the largest error observed is 2.7e-6, on a 512-channel 4x4
 //! layer, and under 3e-6 over a thousand random layers.
 
+use crate::aligned::AlignedVec;
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::gemm::{BSource, Finishing, Panels, PanelsRef, gemm, pack_panels, with_kept_buffer};
 use crate::isa::Isa;
 use crate::schedule::{GemmSchedule, ParallelLoop, VectorAxis, WinogradSchedule};
 use crate::workload::Workload;
+use dlas_core::calibration::runs_winograd;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -41,22 +43,41 @@ const M: usize = 4;
 const T: usize = 6;
 const POINTS: usize = T * T;
 
-/// Whether Winograd F(4x4, 3x3) computes `w`: a 3x3 stride-1 convolution
-/// with one group (grouped and depthwise layers have too few channels per
-/// group for the products to be GEMMs worth running).
-pub(crate) fn fits(w: &Workload) -> bool {
+/// Whether the kernel can compute `w`: a 3x3 stride-1 convolution with
+/// one group.
+pub(crate) fn computes(w: &Workload) -> bool {
     w.kernel == 3 && w.stride == 1 && w.groups == 1
 }
 
-/// Tiles whose transforms run side by side, one value of each per lane, so
-/// that the compiler can vectorise the transforms' arithmetic (8 f32 lanes
-/// fill an AVX2 register); their loads and stores stay scalar gathers.
-const L: usize = 8;
+/// Whether a Winograd configuration runs `w` as Winograd: a layer the
+/// kernel computes (grouped and depthwise layers have too few channels per
+/// group for the products to be GEMMs worth running) with enough output
+/// tiles (see [`runs_winograd`]).
+pub(crate) fn fits(w: &Workload) -> bool {
+    runs_winograd(w.kernel, w.stride, w.groups, [w.out_h, w.out_w])
+}
+
+/// Tiles (or columns) whose transforms run side by side, one per lane of
+/// an AVX-512 register (two AVX2 ones): the transforms are written on
+/// arrays of L values for the compiler to vectorise.
+const L: usize = 16;
 type Lanes = [f32; L];
 
 #[inline(always)]
 fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
-    std::array::from_fn(f)
+    array(f)
+}
+
+/// `std::array::from_fn` as a plain loop: the transforms are compiled
+/// with AVX-512 or AVX2 enabled, and `from_fn`'s machinery, left out of
+/// line without them, spilled every vector through the stack.
+#[inline(always)]
+fn array<X: Copy + Default, const N: usize>(f: impl Fn(usize) -> X) -> [X; N] {
+    let mut out = [X::default(); N];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = f(i);
+    }
+    out
 }
 
 /// Bᵀ d for L 6-vectors d, side by side.
@@ -111,19 +132,11 @@ fn transform_weights(g: &[f32]) -> [f32; POINTS] {
     u
 }
 
-/// V = Bᵀ d B of L 6x6 input tiles.
-#[inline(always)]
-fn transform_input(d: &[[Lanes; T]; T]) -> [[Lanes; T]; T] {
-    let cols: [[Lanes; T]; T] = std::array::from_fn(|j| input_1d(std::array::from_fn(|i| d[i][j])));
-    std::array::from_fn(|i| input_1d(std::array::from_fn(|j| cols[j][i])))
-}
-
 /// Y = Aᵀ m A of L tiles' 36 products.
 #[inline(always)]
 fn transform_output(m: &[Lanes; POINTS]) -> [[Lanes; M]; M] {
-    let cols: [[Lanes; M]; T] =
-        std::array::from_fn(|j| output_1d(std::array::from_fn(|i| m[T * i + j])));
-    std::array::from_fn(|i| output_1d(std::array::from_fn(|j| cols[j][i])))
+    let cols: [[Lanes; M]; T] = array(|j| output_1d(array(|i| m[T * i + j])));
+    array(|i| output_1d(array(|j| cols[j][i])))
 }
 
 /// A Winograd convolution with its transformed weights.
@@ -149,7 +162,7 @@ impl WinogradConv {
         nhwc: bool,
         isa: Isa,
     ) -> WinogradConv {
-        debug_assert!(fits(&w), "{w}: not a Winograd layer");
+        debug_assert!(computes(&w), "{w}: not a Winograd layer");
         let (k, c) = (w.out_channels, w.in_channels);
         let mut u = vec![0.0; POINTS * k * c];
         for (oc_ic, g) in weights.chunks_exact(9).enumerate() {
@@ -183,37 +196,50 @@ impl WinogradConv {
         self.s.vectors == VectorAxis::OutputChannels
     }
 
-    /// Where a pass of `n` tiles keeps its values: V[ξ] starts at
-    /// ξ * `v_point`, M[ξ] at ξ * `k * n`; within V[ξ], (input channel,
-    /// tile) is at `v_at`, within M[ξ] (output channel, tile) at `m_at`.
-    /// With tiles vectorised V[ξ] is B, input channels x tiles row-major,
-    /// and M[ξ] is channels x tiles; with channels vectorised V[ξ] is A,
-    /// packed in panels of `mr` tiles, and M[ξ] is tiles x channels.
+    /// Width of V's panels: V[ξ] is the products' B (input channels x
+    /// tiles, packed in `nr`-tile panels) when tiles are vectorised, and
+    /// their A (tiles x input channels, in `mr`-tile panels) when channels
+    /// are; either way the input transform writes it packed, so the GEMMs
+    /// read it without packing.
+    fn panel_width(&self) -> usize {
+        if self.by_channels() {
+            self.s.mr
+        } else {
+            self.s.nr
+        }
+    }
+
+    /// Values of V[ξ] in a pass of `n` tiles (V[ξ] starts at ξ times it).
     fn v_point(&self, n: usize) -> usize {
-        let c = self.w.in_channels;
+        n.next_multiple_of(self.panel_width()) * self.w.in_channels
+    }
+
+    /// Where (input channel `ic`, tile `j` of the pass) is within V[ξ].
+    #[inline(always)]
+    fn v_at(&self, ic: usize, j: usize) -> usize {
+        let pw = self.panel_width();
+        ((j / pw) * self.w.in_channels + ic) * pw + j % pw
+    }
+
+    /// Row stride of M[ξ] in a pass of `n` tiles: channels x tiles, rows
+    /// padded to whole vectors of tiles so the output transform loads a
+    /// vector anywhere in a row; tiles x channels when channels are
+    /// vectorised.
+    fn m_ld(&self, n: usize) -> usize {
         if self.by_channels() {
-            n.next_multiple_of(self.s.mr) * c
+            self.w.out_channels
         } else {
-            c * n
+            n.next_multiple_of(L)
         }
     }
 
-    #[inline(always)]
-    fn v_at(&self, n: usize, ic: usize, j: usize) -> usize {
-        let (c, mr) = (self.w.in_channels, self.s.mr);
+    /// Values of M[ξ] in a pass of `n` tiles (M[ξ] starts at ξ times it).
+    fn m_point(&self, n: usize) -> usize {
+        let k = self.w.out_channels;
         if self.by_channels() {
-            ((j / mr) * c + ic) * mr + j % mr
+            n * k
         } else {
-            ic * n + j
-        }
-    }
-
-    #[inline(always)]
-    fn m_at(&self, n: usize, oc: usize, j: usize) -> usize {
-        if self.by_channels() {
-            j * self.w.out_channels + oc
-        } else {
-            oc * n + j
+            k * self.m_ld(n)
         }
     }
 
@@ -242,85 +268,183 @@ impl WinogradConv {
         with_kept_buffer(|v| {
             with_kept_buffer(|m| {
                 v.resize(POINTS * self.v_point(block));
-                m.resize(POINTS * k * block);
+                // M's rows may be read a vector past their end.
+                m.resize(POINTS * self.m_point(block) + L);
                 for t0 in (0..tiles).step_by(block) {
                     let part = t0..tiles.min(t0 + block);
                     let n = part.len();
                     let vp = SyncPtr::new(v);
-                    (0..c)
-                        .into_par_iter()
-                        .for_each(|ic| self.input_tiles(input, ic, part.clone(), vp));
+                    (0..c).into_par_iter().for_each(|ic| {
+                        with_kept_buffer(|plane| {
+                            self.input_tiles(input, ic, part.clone(), vp, plane)
+                        })
+                    });
                     let (mp, vs, gs) = (SyncPtr::new(m), &v[..], gs(n));
-                    let stride = self.v_point(n);
+                    let (stride, ld) = (self.v_point(n), self.m_ld(n));
                     (0..POINTS).into_par_iter().for_each(|xi| {
-                        let vx = &vs[xi * stride..(xi + 1) * stride];
+                        let vx = PanelsRef::F32(&vs[xi * stride..(xi + 1) * stride]);
                         let (shape, a, b) = if self.by_channels() {
-                            let b = BSource::Panels(self.u[xi].view());
-                            ((n, k, c), PanelsRef::F32(vx), b)
+                            ((n, k, c), vx, BSource::Panels(self.u[xi].view()))
                         } else {
-                            ((k, n, c), self.u[xi].view(), BSource::Rows(vx))
+                            ((k, n, c), self.u[xi].view(), BSource::Panels(vx))
                         };
-                        let ldc = shape.1;
-                        let c = mp.offset(xi * k * n);
+                        let c = mp.offset(xi * self.m_point(n));
                         let finishing = Finishing::Blocks(&|_, _| {});
-                        gemm(&gs, self.isa, false, shape, a, b, c, ldc, finishing)
+                        gemm(&gs, self.isa, false, shape, a, b, c, ld, finishing)
                     });
                     let ms: &[f32] = m;
-                    (0..k)
-                        .into_par_iter()
-                        .for_each(|oc| self.output_tiles(ms, oc, part.clone(), out, epi, residual));
+                    (0..k).into_par_iter().for_each(|oc| {
+                        with_kept_buffer(|staged| {
+                            self.output_tiles(ms, oc, part.clone(), out, epi, residual, staged)
+                        })
+                    });
                 }
             })
         })
     }
 
     /// Transforms input channel `ic` of the tiles `part` into V (see
-    /// [`WinogradConv::v_point`]).
-    fn input_tiles(&self, input: &[f32], ic: usize, part: Range<usize>, v: SyncPtr) {
+    /// [`WinogradConv::v_at`]), with `plane` as scratch; compiled for the
+    /// widest instruction set the layer runs.
+    fn input_tiles(
+        &self,
+        input: &[f32],
+        ic: usize,
+        part: Range<usize>,
+        v: SyncPtr,
+        plane: &mut AlignedVec,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        match self.isa {
+            // SAFETY: the layer's isa is one this CPU has (`new`).
+            Isa::Avx512 => return unsafe { self.input_tiles_avx512(input, ic, part, v, plane) },
+            Isa::Avx2 => return unsafe { self.input_tiles_avx2(input, ic, part, v, plane) },
+            Isa::Portable => {}
+        }
+        self.input_tiles_any::<false>(input, ic, part, v, plane)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    fn input_tiles_avx512(
+        &self,
+        x: &[f32],
+        ic: usize,
+        p: Range<usize>,
+        v: SyncPtr,
+        b: &mut AlignedVec,
+    ) {
+        self.input_tiles_any::<true>(x, ic, p, v, b)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn input_tiles_avx2(
+        &self,
+        x: &[f32],
+        ic: usize,
+        p: Range<usize>,
+        v: SyncPtr,
+        b: &mut AlignedVec,
+    ) {
+        self.input_tiles_any::<false>(x, ic, p, v, b)
+    }
+
+    /// The input transform of L tiles at a time, consecutive in the pass
+    /// (across rows of tiles on a small map), one per lane: the input rows
+    /// under the pass are copied zero-padded into `plane`, each tile's 6x6
+    /// values gathered from it (AVX-512's gather when `WIDE`), transformed
+    /// along rows then columns, and each point's L values stored into V's
+    /// panel with one vector store.
+    #[inline(always)]
+    fn input_tiles_any<const WIDE: bool>(
+        &self,
+        input: &[f32],
+        ic: usize,
+        part: Range<usize>,
+        v: SyncPtr,
+        plane: &mut AlignedVec,
+    ) {
         let w = &self.w;
-        let (c, n, (_, tw)) = (w.in_channels, part.len(), self.tiles());
+        let (c, (_, tw), p, n) = (w.in_channels, self.tiles(), w.padding, part.len());
         let stride = self.v_point(n);
-        let (h, wd, p) = (w.in_h as isize, w.in_w as isize, w.padding as isize);
-        let at = |y: usize, x: usize| {
-            if self.nhwc {
-                (y * w.in_w + x) * c + ic
-            } else {
-                (ic * w.in_h + y) * w.in_w + x
+        // Plane row r, column x: input row M * ty0 + r - p, column x - p.
+        let ty0 = part.start / tw;
+        let wp = M * tw + 2;
+        let hp = M * (part.end.div_ceil(tw) - ty0) + 2;
+        plane.resize(hp * wp);
+        plane.fill(0.0);
+        for (r, row) in plane.chunks_exact_mut(wp).enumerate() {
+            let y = (M * ty0 + r).wrapping_sub(p);
+            if y >= w.in_h {
+                continue;
             }
-        };
+            let row = &mut row[p..p + w.in_w];
+            if self.nhwc {
+                for (x, e) in row.iter_mut().enumerate() {
+                    *e = input[(y * w.in_w + x) * c + ic];
+                }
+            } else {
+                let at = (ic * w.in_h + y) * w.in_w;
+                row.copy_from_slice(&input[at..at + w.in_w]);
+            }
+        }
         for j0 in (0..n).step_by(L) {
             let count = L.min(n - j0);
-            let mut d = [[[0.0f32; L]; T]; T];
-            for l in 0..count {
-                let t = part.start + j0 + l;
-                let (y0, x0) = (((t / tw) * M) as isize - p, ((t % tw) * M) as isize - p);
-                for (i, row) in d.iter_mut().enumerate() {
-                    let y = y0 + i as isize;
-                    if y < 0 || y >= h {
-                        continue;
-                    }
-                    for (jj, e) in row.iter_mut().enumerate() {
-                        let x = x0 + jj as isize;
-                        if x >= 0 && x < wd {
-                            e[l] = input[at(y as usize, x as usize)];
-                        }
-                    }
-                }
-            }
-            let tv = transform_input(&d);
-            for l in 0..count {
-                let at_v = self.v_at(n, ic, j0 + l);
-                for (xi, value) in tv.iter().flatten().enumerate() {
-                    // SAFETY: (ξ, ic, j) is inside the pass's values and
-                    // only this task transforms channel ic.
-                    unsafe { *v.get().add(xi * stride + at_v) = value[l] };
+            // Lanes past the pass repeat its last tile.
+            let corner: Offsets = array(|l| {
+                let t = part.start + j0 + l.min(count - 1);
+                (M * ((t / tw - ty0) * wp + t % tw)) as i32
+            });
+            let rows: [[Lanes; T]; T] =
+                array(|i| input_1d(array(|j| gather::<WIDE>(plane, i * wp + j, &corner))));
+            let columns: [[Lanes; T]; T] = array(|b| input_1d(array(|i| rows[i][b])));
+            for (b, column) in columns.iter().enumerate() {
+                for (a, values) in column.iter().enumerate() {
+                    self.store_v(v, (T * a + b) * stride, (ic, j0), values, count);
                 }
             }
         }
     }
 
+    /// Stores the first `count` of one point's values of tiles j0.. of
+    /// channel `ic` into V[ξ], which starts at `base`: one vector store
+    /// when they are a whole vector in one panel, else one run of copies per
+    /// panel they fall in (`mr`-tile panels are narrower than a vector).
+    #[inline(always)]
+    fn store_v(
+        &self,
+        v: SyncPtr,
+        base: usize,
+        (ic, j0): (usize, usize),
+        values: &Lanes,
+        count: usize,
+    ) {
+        let pw = self.panel_width();
+        if count == L && j0 % pw + L <= pw {
+            // SAFETY: the values of (ξ, ic, j0..j0 + L) are inside the
+            // pass's V, consecutive in one panel, and only this task
+            // transforms channel ic.
+            unsafe { *v.get().add(base + self.v_at(ic, j0)).cast::<Lanes>() = *values };
+            return;
+        }
+        let mut l = 0;
+        while l < count {
+            let run = (pw - (j0 + l) % pw).min(count - l);
+            // SAFETY: as above; these `run` values are consecutive in one
+            // panel.
+            let to = unsafe { v.slice(base + self.v_at(ic, j0 + l), run) };
+            for (t, &x) in to.iter_mut().zip(&values[l..l + run]) {
+                *t = x;
+            }
+            l += run;
+        }
+    }
+
     /// Transforms output channel `oc`'s products of the tiles `part` back
-    /// into pixels, through the epilogue, into `out`.
+    /// into pixels, through the epilogue, into `out`, with `staged` as
+    /// scratch; compiled for the widest instruction set the layer runs.
+    #[allow(clippy::too_many_arguments)]
     fn output_tiles(
         &self,
         m: &[f32],
@@ -329,43 +453,182 @@ impl WinogradConv {
         out: SyncPtr,
         epi: &Epilogue,
         residual: Option<&[f32]>,
+        staged: &mut AlignedVec,
+    ) {
+        let args = (m, oc, part, out, epi, residual);
+        #[cfg(target_arch = "x86_64")]
+        match self.isa {
+            // SAFETY: the layer's isa is one this CPU has (`new`).
+            Isa::Avx512 => return unsafe { self.output_tiles_avx512(args, staged) },
+            Isa::Avx2 => return unsafe { self.output_tiles_avx2(args, staged) },
+            Isa::Portable => {}
+        }
+        self.output_tiles_any::<false>(args, staged)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    fn output_tiles_avx512(&self, args: OutputArgs<'_>, staged: &mut AlignedVec) {
+        self.output_tiles_any::<true>(args, staged)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn output_tiles_avx2(&self, args: OutputArgs<'_>, staged: &mut AlignedVec) {
+        self.output_tiles_any::<false>(args, staged)
+    }
+
+    /// The output transform of L consecutive tiles at a time (one vector
+    /// load per point when tiles are vectorised, a gather when channels
+    /// are), each tile's 4x4 values scattered into `staged` (the pass's
+    /// rows of tiles of channel `oc`), then each output row copied out
+    /// through the epilogue.
+    #[inline(always)]
+    fn output_tiles_any<const WIDE: bool>(
+        &self,
+        (m, oc, part, out, epi, residual): OutputArgs<'_>,
+        staged: &mut AlignedVec,
     ) {
         let w = &self.w;
-        let (k, n, (_, tw)) = (w.out_channels, part.len(), self.tiles());
-        let at = |y: usize, x: usize| {
-            if self.nhwc {
-                (y * w.out_w + x) * k + oc
-            } else {
-                (oc * w.out_h + y) * w.out_w + x
-            }
-        };
+        let (k, (_, tw), (oh, ow), n) =
+            (w.out_channels, self.tiles(), (w.out_h, w.out_w), part.len());
+        let (ld, point) = (self.m_ld(n), self.m_point(n));
+        let (ty0, ty1) = (part.start / tw, part.end.div_ceil(tw));
+        let wq = M * tw;
+        staged.resize(M * (ty1 - ty0) * wq);
         for j0 in (0..n).step_by(L) {
             let count = L.min(n - j0);
-            let prods: [Lanes; POINTS] = std::array::from_fn(|xi| {
-                let point = &m[xi * k * n..(xi + 1) * k * n];
-                lanes(|l| {
-                    if l < count {
-                        point[self.m_at(n, oc, j0 + l)]
-                    } else {
-                        0.0
-                    }
+            let last = |l: usize| j0 + l.min(count - 1);
+            let prods: [Lanes; POINTS] = if self.by_channels() {
+                let at: Offsets = array(|l| (last(l) * k) as i32);
+                array(|xi| gather::<WIDE>(m, xi * point + oc, &at))
+            } else {
+                // M's rows are padded to whole vectors (`m_ld`).
+                array(|xi| {
+                    let row = &m[xi * point + oc * ld + j0..][..L];
+                    lanes(|l| row[l])
                 })
-            });
+            };
             let y = transform_output(&prods);
-            for l in 0..count {
-                let t = part.start + j0 + l;
-                let (y0, x0) = ((t / tw) * M, (t % tw) * M);
-                for (dy, row) in y.iter().enumerate().take(w.out_h - y0) {
-                    for (dx, acc) in row.iter().enumerate().take(w.out_w - x0) {
-                        let i = at(y0 + dy, x0 + dx);
-                        let r = residual.map_or(0.0, |r| r[i]);
-                        // SAFETY: output i belongs to channel oc, which
-                        // only this task finishes.
-                        unsafe { *out.get().add(i) = epi.one(oc, acc[l], r) };
-                    }
+            let corner: Offsets = array(|l| {
+                let t = part.start + last(l);
+                (M * ((t / tw - ty0) * wq + t % tw)) as i32
+            });
+            for (dy, row) in y.iter().enumerate() {
+                for (dx, values) in row.iter().enumerate() {
+                    scatter::<WIDE>(staged, dy * wq + dx, &corner, values, count);
                 }
             }
         }
+        for ty in ty0..ty1 {
+            let txs = part.start.max(ty * tw) - ty * tw..part.end.min((ty + 1) * tw) - ty * tw;
+            let xs = M * txs.start..ow.min(M * txs.end);
+            for y in M * ty..oh.min(M * ty + M) {
+                let from = &staged[(y - M * ty0) * wq..][xs.clone()];
+                if self.nhwc {
+                    for (x, &acc) in xs.clone().zip(from) {
+                        let i = (y * ow + x) * k + oc;
+                        let r = residual.map_or(0.0, |r| r[i]);
+                        // SAFETY: output i belongs to channel oc, which
+                        // only this task finishes.
+                        unsafe { *out.get().add(i) = epi.one(oc, acc, r) };
+                    }
+                } else {
+                    let i = (oc * oh + y) * ow + xs.start;
+                    // SAFETY: this row segment of channel oc is this task's.
+                    let to = unsafe { out.slice(i, xs.len()) };
+                    to.copy_from_slice(from);
+                    epi.channel(oc, to, residual.map(|r| &r[i..i + xs.len()]));
+                }
+            }
+        }
+    }
+}
+
+/// What the output transform reads and writes: the products, the output
+/// channel, the pass's tiles, the output, its epilogue and residual.
+type OutputArgs<'a> = (
+    &'a [f32],
+    usize,
+    Range<usize>,
+    SyncPtr,
+    &'a Epilogue,
+    Option<&'a [f32]>,
+);
+
+/// Offsets of L tiles' first values in a buffer, one per lane.
+type Offsets = [i32; L];
+
+/// `src[base + offsets[l]]` for each lane: AVX-512's gather when `WIDE`
+/// (which only code compiled with AVX-512 enabled may pass).
+#[inline(always)]
+fn gather<const WIDE: bool>(src: &[f32], base: usize, offsets: &Offsets) -> Lanes {
+    #[cfg(target_arch = "x86_64")]
+    if WIDE {
+        assert!(offsets.iter().all(|&o| base + (o as usize) < src.len()));
+        // SAFETY: every index is inside `src` (checked above), and WIDE
+        // code runs only on CPUs with AVX-512.
+        return unsafe { gather_avx512(src, base, offsets) };
+    }
+    lanes(|l| src[base + offsets[l] as usize])
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn gather_avx512(src: &[f32], base: usize, offsets: &Offsets) -> Lanes {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller checked every index.
+    unsafe {
+        let at = _mm512_loadu_si512(offsets.as_ptr().cast());
+        let v = _mm512_i32gather_ps::<4>(at, src.as_ptr().add(base).cast());
+        std::mem::transmute::<__m512, Lanes>(v)
+    }
+}
+
+/// `dst[base + offsets[l]] = values[l]` for the first `count` lanes:
+/// AVX-512's masked scatter when `WIDE`.
+#[inline(always)]
+fn scatter<const WIDE: bool>(
+    dst: &mut [f32],
+    base: usize,
+    offsets: &Offsets,
+    values: &Lanes,
+    count: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if WIDE {
+        assert!(
+            offsets[..count]
+                .iter()
+                .all(|&o| base + (o as usize) < dst.len())
+        );
+        // SAFETY: every index written is inside `dst` (checked above),
+        // and WIDE code runs only on CPUs with AVX-512.
+        return unsafe { scatter_avx512(dst, base, offsets, values, count) };
+    }
+    for (l, &x) in values.iter().enumerate().take(count) {
+        dst[base + offsets[l] as usize] = x;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scatter_avx512(
+    dst: &mut [f32],
+    base: usize,
+    offsets: &Offsets,
+    values: &Lanes,
+    count: usize,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller checked every index written.
+    unsafe {
+        let at = _mm512_loadu_si512(offsets.as_ptr().cast());
+        let v = std::mem::transmute::<Lanes, __m512>(*values);
+        let mask = ((1u32 << count) - 1) as __mmask16;
+        _mm512_mask_i32scatter_ps::<4>(dst.as_mut_ptr().add(base).cast(), mask, at, v);
     }
 }
 

@@ -53,12 +53,13 @@ struct Case {
     seed: u64,
 }
 
-/// 3x3 stride-1 ungrouped layers, the ones Winograd computes: padding 0
-/// or 1, sizes leaving partial 4x4 tiles, batch 1 and 2.
+/// 3x3 stride-1 ungrouped layers with at least 16 output tiles, the ones
+/// Winograd computes: padding 0 or 1, sizes leaving partial 4x4 tiles,
+/// batch 1 and 2.
 fn winograd_case() -> impl Strategy<Value = Case> {
     (
         (1usize..=24, 1usize..=24, 0usize..=1),
-        (3usize..=14, 3usize..=14, 1usize..=2),
+        (15usize..=22, 15usize..=22, 1usize..=2),
         any::<u64>(),
     )
         .prop_map(|((ic, oc, padding), (h, w, batch), seed)| Case {
@@ -448,12 +449,14 @@ proptest! {
     }
 
     /// Under winograd, every layer and format: 3x3 stride-1 ungrouped dense
-    /// layers run Winograd, the rest the kernel gemm would give them
+    /// layers with at least 16 output tiles (`winograd::MIN_TILES`) run
+    /// Winograd, the rest the kernel gemm would give them
     /// (depthwise NCHW layers direct, as under every algorithm: the stencil
     /// with dense weights).
     #[test]
     fn winograd_falls_back_to_the_gemm(c in case()) {
-        let fits = c.w.kernel == 3 && c.w.stride == 1 && c.w.groups == 1;
+        let tiles = c.w.out_h.div_ceil(4) * c.w.out_w.div_ceil(4);
+        let fits = c.w.kernel == 3 && c.w.stride == 1 && c.w.groups == 1 && tiles >= 16;
         for f in FORMATS {
             let cfg = config(KernelAlgorithm::Winograd, f, Layout::Nchw);
             let d = data(&c, f != FormatChoice::Dense);

@@ -12,7 +12,7 @@
 //! the schedule space (a small stand-in for the tuner's search).
 
 use anyhow::{Context, Result};
-use dlas_core::calibration::{Conversion, KernelFamily, LayerTiming, Precision};
+use dlas_core::calibration::{Conversion, KernelFamily, LayerTiming, Precision, runs_winograd};
 use dlas_core::{Dataset, Layout};
 use dlas_engine::{DType, Engine, EngineConfig, FormatChoice, KernelAlgorithm};
 use dlas_zoo::weights::{Params, Weights};
@@ -173,6 +173,17 @@ pub fn winograd_grid(n: usize) -> Vec<Shape> {
         }
     }
     out
+}
+
+/// The shapes of the Winograd grid that a Winograd configuration runs as
+/// Winograd (`runs_winograd`: 16 or more output tiles); it runs the others
+/// as the gemm, which the gemm class is timed on. Filtered here rather
+/// than in the grid, so that the grid stays the seeded one the committed
+/// calibrations (timed before the rule, on every shape) were drawn from.
+fn runs_as_winograd(grid: Vec<Shape>) -> Vec<Shape> {
+    grid.into_iter()
+        .filter(|s| runs_winograd(s.kernel, s.stride, s.groups, [s.out_hw(); 2]))
+        .collect()
 }
 
 /// A kernel class to time, as the engine is configured for it.
@@ -441,16 +452,17 @@ pub fn benchmark(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<LayerTiming>> {
     let (regular, depthwise) = grid(extent.shapes);
-    let winograd = winograd_grid(extent.shapes);
+    let winograd = runs_as_winograd(winograd_grid(extent.shapes));
     let setups = setups();
-    let total = setups.len() * extent.shapes;
+    let shapes_of = |setup: &Setup| match setup.family {
+        KernelFamily::Winograd => &winograd,
+        _ if setup.depthwise => &depthwise,
+        _ => &regular,
+    };
+    let total = setups.iter().map(|s| shapes_of(s).len()).sum();
     let mut out = Vec::new();
     for setup in &setups {
-        let shapes = match setup.family {
-            KernelFamily::Winograd => &winograd,
-            _ if setup.depthwise => &depthwise,
-            _ => &regular,
-        };
+        let shapes = shapes_of(setup);
         for shape in shapes {
             progress(out.len(), total);
             let (median_us, runs) = time(setup, shape, threads, extent.schedules)
@@ -496,6 +508,17 @@ mod tests {
         );
         // The Winograd grid did not move the others.
         assert_eq!(grid(12), (a, d));
+    }
+
+    /// Winograd is timed only on the shapes a Winograd configuration runs
+    /// as Winograd: those of 16 or more output tiles (14x14 maps and up).
+    #[test]
+    fn winograd_is_timed_only_where_it_runs() {
+        let grid = winograd_grid(DEFAULT_SHAPES);
+        let timed = runs_as_winograd(grid.clone());
+        assert!(!timed.is_empty() && timed.len() < grid.len());
+        assert!(timed.iter().all(|s| s.out_hw() >= 14));
+        assert!(grid.iter().filter(|s| s.out_hw() < 14).all(|s| !timed.contains(s)));
     }
 
     /// The committed calibration times no layer of any network of the zoo:
