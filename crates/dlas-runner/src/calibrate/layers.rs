@@ -12,7 +12,7 @@
 //! the schedule space (a small stand-in for the tuner's search).
 
 use anyhow::{Context, Result};
-use dlas_core::calibration::{Conversion, KernelFamily, LayerTiming, Precision, runs_winograd};
+use dlas_core::calibration::{Conversion, KernelFamily, LayerTiming, Precision};
 use dlas_core::{Dataset, Layout};
 use dlas_engine::{DType, Engine, EngineConfig, FormatChoice, KernelAlgorithm};
 use dlas_zoo::weights::{Params, Weights};
@@ -109,7 +109,7 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
     let zoo = zoo_layers();
     let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED);
     let channels = [8, 16, 24, 32, 48, 64, 96, 128, 160, 256, 384, 512];
-    let sizes = [4, 7, 8, 14, 16, 28, 32, 56];
+    let sizes = [14, 16, 28, 32, 56];
     let densities = [0.1, 0.2, 0.35, 0.5, 0.7];
     let mut regular = Vec::new();
     while regular.len() < n {
@@ -148,15 +148,19 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
     (regular, depthwise)
 }
 
-/// The Winograd class's shapes: `n` 3x3 stride-1 convolutions (the only
-/// layers its kernel runs; on the regular grid half would run the gemm)
-/// from the regular grid's value sets and under its cap, drawn from their
-/// own seed so that the regular and depthwise grids stay as they were.
+/// The Winograd class's shapes: `n` 3x3 stride-1 convolutions on maps of
+/// 16 or more output tiles (14x14 and up: the only layers a Winograd
+/// configuration runs as Winograd, see `runs_winograd`; on the regular grid
+/// most would run the gemm) from the regular grid's channel counts and
+/// under its cap, drawn from their own seed so that the regular and
+/// depthwise grids stay as they were. (Calibrations before December 4,
+/// 2026 drew from maps of 4-56, when Winograd ran on every 3x3 stride-1
+/// layer.)
 pub fn winograd_grid(n: usize) -> Vec<Shape> {
     let zoo = zoo_layers();
     let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED ^ 0x3a3);
     let channels = [8, 16, 24, 32, 48, 64, 96, 128, 160, 256, 384, 512];
-    let sizes = [4, 7, 8, 14, 16, 28, 32, 56];
+    let sizes = [14, 16, 28, 32, 56];
     let mut out = Vec::new();
     while out.len() < n {
         let shape = Shape {
@@ -173,17 +177,6 @@ pub fn winograd_grid(n: usize) -> Vec<Shape> {
         }
     }
     out
-}
-
-/// The shapes of the Winograd grid that a Winograd configuration runs as
-/// Winograd (`runs_winograd`: 16 or more output tiles); it runs the others
-/// as the gemm, which the gemm class is timed on. Filtered here rather
-/// than in the grid, so that the grid stays the seeded one the committed
-/// calibrations (timed before the rule, on every shape) were drawn from.
-fn runs_as_winograd(grid: Vec<Shape>) -> Vec<Shape> {
-    grid.into_iter()
-        .filter(|s| runs_winograd(s.kernel, s.stride, s.groups, [s.out_hw(); 2]))
-        .collect()
 }
 
 /// A kernel class to time, as the engine is configured for it.
@@ -452,7 +445,7 @@ pub fn benchmark(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<LayerTiming>> {
     let (regular, depthwise) = grid(extent.shapes);
-    let winograd = runs_as_winograd(winograd_grid(extent.shapes));
+    let winograd = winograd_grid(extent.shapes);
     let setups = setups();
     let shapes_of = |setup: &Setup| match setup.family {
         KernelFamily::Winograd => &winograd,
@@ -493,6 +486,7 @@ pub fn benchmark(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dlas_core::calibration::runs_winograd;
 
     #[test]
     fn the_grid_is_seeded_and_bounded() {
@@ -502,23 +496,13 @@ mod tests {
         assert!(d.iter().all(|s| s.groups == s.in_channels));
         let w = winograd_grid(12);
         assert_eq!(winograd_grid(12), w);
+        // Only layers a Winograd configuration runs as Winograd.
         assert!(
             w.iter()
-                .all(|s| s.kernel == 3 && s.stride == 1 && s.groups == 1)
+                .all(|s| runs_winograd(s.kernel, s.stride, s.groups, [s.out_hw(); 2]))
         );
         // The Winograd grid did not move the others.
         assert_eq!(grid(12), (a, d));
-    }
-
-    /// Winograd is timed only on the shapes a Winograd configuration runs
-    /// as Winograd: those of 16 or more output tiles (14x14 maps and up).
-    #[test]
-    fn winograd_is_timed_only_where_it_runs() {
-        let grid = winograd_grid(DEFAULT_SHAPES);
-        let timed = runs_as_winograd(grid.clone());
-        assert!(!timed.is_empty() && timed.len() < grid.len());
-        assert!(timed.iter().all(|s| s.out_hw() >= 14));
-        assert!(grid.iter().filter(|s| s.out_hw() < 14).all(|s| !timed.contains(s)));
     }
 
     /// The committed calibration times no layer of any network of the zoo:
