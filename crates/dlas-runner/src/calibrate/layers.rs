@@ -109,7 +109,7 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
     let zoo = zoo_layers();
     let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED);
     let channels = [8, 16, 24, 32, 48, 64, 96, 128, 160, 256, 384, 512];
-    let sizes = [14, 16, 28, 32, 56];
+    let sizes = [4, 7, 8, 14, 16, 28, 32, 56];
     let densities = [0.1, 0.2, 0.35, 0.5, 0.7];
     let mut regular = Vec::new();
     while regular.len() < n {
