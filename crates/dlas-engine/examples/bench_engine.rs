@@ -152,8 +152,8 @@ fn gemm_candidates(w: &Workload) -> Vec<Schedule> {
         for vectors in [VectorAxis::Spatial, VectorAxis::OutputChannels] {
             for parallel in [ParallelLoop::OutputChannels, ParallelLoop::Spatial] {
                 for (mc, nc) in [(mr * 8, nr * 16), (mr * 4, nr * 4), (mr * 2, nr * 32)] {
-                    // The largest kc whose B panel fits the schedule's L1 budget.
-                    let kc = (4096 / nr).min(256);
+                    // The untuned GEMM's reduction blocks (at most 256, even).
+                    let kc = w.reduction().div_ceil(w.reduction().div_ceil(256));
                     v.push(Schedule::Gemm(GemmSchedule {
                         mr,
                         nr,
@@ -244,13 +244,17 @@ fn main() -> anyhow::Result<()> {
             let x: Vec<f32> = (0..w.in_len())
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
+            // Each layer writes into one output buffer, as the engine's
+            // arena gives it one: no allocation or page faults are timed.
+            let mut y = vec![0.0; w.out_len()];
             let gf = |t: f64| w.flops() as f64 / t / 1e9;
             let cell = |t: f64| format!("{:.1} ({:.0}%)", gf(t), 100.0 * gf(t) / peak);
             let mut row = format!("{:<34}", w.to_string());
             let mut times = Vec::new();
             for per_alg in &layers[..3] {
                 let t = median(runs, || {
-                    std::hint::black_box(per_alg[i].run(&pool, &x, 1));
+                    per_alg[i].run_into(&pool, &x, &mut y);
+                    std::hint::black_box(&y);
                 });
                 times.push(t);
                 row += &format!(" {:>14}", cell(t));
@@ -276,7 +280,8 @@ fn main() -> anyhow::Result<()> {
             if network_runs_it || alone.is_some() {
                 let layer = alone.as_ref().unwrap_or(layers[3][i]);
                 let t = median(runs, || {
-                    std::hint::black_box(layer.run(&pool, &x, 1));
+                    layer.run_into(&pool, &x, &mut y);
+                    std::hint::black_box(&y);
                 });
                 let mark = if network_runs_it { "" } else { "*" };
                 row += &format!(" {:>14} {:>8.2}x", cell(t) + mark, times[1] / t);
@@ -295,7 +300,8 @@ fn main() -> anyhow::Result<()> {
                 .map(|s| {
                     let c = Conv2d::new(key, s, &wt, None, dlas_engine::Activation::Relu).unwrap();
                     median(runs, || {
-                        std::hint::black_box(c.run(&pool, &x, 1));
+                        c.run_into(&pool, &x, &mut y);
+                        std::hint::black_box(&y);
                     })
                 })
                 .fold(f64::INFINITY, f64::min);
@@ -362,8 +368,10 @@ fn main() -> anyhow::Result<()> {
             let x: Vec<f32> = (0..w.in_len())
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
+            let mut y = vec![0.0; w.out_len()];
             let t = median(runs, || {
-                std::hint::black_box(layer.run(&pool, &x, 1));
+                layer.run_into(&pool, &x, &mut y);
+                std::hint::black_box(&y);
             });
             match kinds.iter_mut().find(|k| k.0 == kind) {
                 Some(k) => (k.1, k.2, k.3) = (k.1 + 1, k.2 + t, k.3 + w.flops() as f64),
@@ -458,13 +466,16 @@ fn main() -> anyhow::Result<()> {
                 let x: Vec<f32> = (0..w.in_len())
                     .map(|_| rng.random_range(-1.0..1.0))
                     .collect();
+                let mut y = vec![0.0; w.out_len()];
                 print!("{:<34} {:<13}", w.to_string(), a.to_string());
                 for (c, (dense, sparse)) in layers.iter().enumerate() {
                     let td = median(runs, || {
-                        std::hint::black_box(dense[i].run(&pool, &x, 1));
+                        dense[i].run_into(&pool, &x, &mut y);
+                        std::hint::black_box(&y);
                     });
                     let ts = median(runs, || {
-                        std::hint::black_box(sparse[i].run(&pool, &x, 1));
+                        sparse[i].run_into(&pool, &x, &mut y);
+                        std::hint::black_box(&y);
                     });
                     logsum[c] += (td / ts).ln();
                     print!(" {:>8.2}x", td / ts);

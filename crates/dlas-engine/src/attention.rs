@@ -22,7 +22,6 @@ use crate::ops::at;
 use crate::schedule::GemmSchedule;
 use dlas_core::Layout;
 use dlas_zoo::{Attention, Shape};
-use rayon::prelude::*;
 use std::cell::RefCell;
 
 /// What Swin adds to the score of two tokens that were not neighbours
@@ -112,7 +111,7 @@ impl WindowAttention {
         let out_len = c / 3 * h * w;
         debug_assert_eq!(out.len(), batch * out_len);
         let out = SyncPtr::new(out);
-        (0..batch * per_sample).into_par_iter().for_each(|task| {
+        crate::awake::for_each(batch * per_sample, |task| {
             let (n, rest) = (task / per_sample, task % per_sample);
             let x = &qkv[n * c * h * w..][..c * h * w];
             // Taken out of the thread's slot for the task, so a task that

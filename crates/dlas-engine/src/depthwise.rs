@@ -20,7 +20,6 @@ use crate::fp16::Store;
 use crate::isa::Isa;
 use crate::schedule::DirectSchedule;
 use crate::workload::Workload;
-use rayon::prelude::*;
 use std::cell::RefCell;
 
 #[derive(Debug, Clone)]
@@ -98,7 +97,7 @@ impl DepthwiseConv {
         let row_blocks = oh.div_ceil(row_block);
         let oc_blocks = w.out_channels.div_ceil(self.s.oc_block);
         let c = SyncPtr::new(out);
-        (0..oc_blocks * row_blocks).into_par_iter().for_each(|t| {
+        crate::awake::for_each(oc_blocks * row_blocks, |t| {
             let (ob, rb) = (t / row_blocks, t % row_blocks);
             let rows = rb * row_block..oh.min((rb + 1) * row_block);
             let chans = ob * self.s.oc_block..w.out_channels.min((ob + 1) * self.s.oc_block);

@@ -169,7 +169,7 @@ impl DirectConv {
         let c = SyncPtr::new(out);
         let padded = &padded;
         let red = w.reduction();
-        (0..oc_blocks * row_blocks).into_par_iter().for_each(|t| {
+        crate::awake::for_each(oc_blocks * row_blocks, |t| {
             // The task's widened fp16 rows (unused for f32 weights).
             let mut widened = Vec::new();
             let (ob, rb) = (t / row_blocks, t % row_blocks);

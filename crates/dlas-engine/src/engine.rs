@@ -260,7 +260,9 @@ impl Engine {
             input.len(),
             batch * in_len
         );
-        Ok(self.pool.install(|| self.run_in_pool(input, batch)))
+        Ok(crate::awake::run_awake(&self.pool, || {
+            self.run_in_pool(input, batch)
+        }))
     }
 
     /// The value of node `node` for a batch, from an arena buffer that

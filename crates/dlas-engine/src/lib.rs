@@ -41,6 +41,7 @@
 pub mod algorithm;
 mod aligned;
 mod attention;
+mod awake;
 pub mod config;
 pub mod conv;
 mod depthwise;

@@ -122,18 +122,16 @@ impl SpatialPackConv {
             ox0: x * self.s.vw,
         };
         match self.s.parallel {
-            ParallelLoop::OutputChannels => {
-                (0..w.groups * oblocks).into_par_iter().for_each(|gb| {
-                    let mut widened = Vec::new();
-                    let wblock = packed.get(gb * block..(gb + 1) * block, &mut widened);
-                    for y in 0..ty {
-                        for x in 0..tx {
-                            run(tile(gb / oblocks, gb % oblocks, y, x), wblock);
-                        }
+            ParallelLoop::OutputChannels => crate::awake::for_each(w.groups * oblocks, |gb| {
+                let mut widened = Vec::new();
+                let wblock = packed.get(gb * block..(gb + 1) * block, &mut widened);
+                for y in 0..ty {
+                    for x in 0..tx {
+                        run(tile(gb / oblocks, gb % oblocks, y, x), wblock);
                     }
-                })
-            }
-            ParallelLoop::Spatial => (0..ty).into_par_iter().for_each(|y| {
+                }
+            }),
+            ParallelLoop::Spatial => crate::awake::for_each(ty, |y| {
                 let mut widened = Vec::new();
                 for gb in 0..w.groups * oblocks {
                     let wblock = packed.get(gb * block..(gb + 1) * block, &mut widened);

@@ -14,11 +14,29 @@
 //! packed into the GEMM's `mr` panels. There is no fp16 Winograd: stored
 //! as f16, U's rounding is amplified by the output transform's
 //! cancellations to a relative error of about 2e-3 (measured on small
-//! layers), so fp16 layers run the fp16 GEMM (see `LayerKey::of`). A run processes the tiles `tile_block` at a time: the input
-//! transform in parallel over input channels, the 36 GEMMs in parallel
-//! (each also splitting its rows), then the output transform with the
-//! [`Epilogue`] in parallel over output channels. The transformed input
-//! and the products live in buffers the calling thread keeps across runs.
+//! layers), so fp16 layers run the fp16 GEMM (see `LayerKey::of`).
+//!
+//! A run processes the tiles `tile_block` at a time: the input transform
+//! in parallel over input channels, the 36 GEMMs in parallel, then the
+//! output transform with the [`Epilogue`] in parallel over output
+//! channels. The transformed input and the products live in buffers the
+//! calling thread keeps across runs. Both transforms work on 16
+//! consecutive tiles at once, one per vector lane, compiled for AVX-512 or
+//! AVX2 at run time (a profile had them at half the layer's time, scalar):
+//!
+//! - input: one channel's rows are copied once into a zero-padded plane,
+//!   each of a tile's 36 points is gathered for the 16 tiles (`vgatherdps`
+//!   on AVX-512), Bᵀ d B is applied separably, and V is written straight
+//!   into the GEMM's packed panels, so the products pack nothing;
+//! - output: each point of M is one vector load (M's rows are padded to
+//!   whole vectors), Aᵀ m A is applied separably, the 16 tiles' 4x4 values
+//!   are scattered into a staging row of tiles, and the epilogue runs over
+//!   whole output rows.
+//!
+//! A layer runs as Winograd only with 16 or more output tiles (a 14x14
+//! map and up: `dlas_core::calibration::runs_winograd`, which the device
+//! model and the calibration share): on fewer, the products stream 4x the
+//! layer's weights for one to four tiles, and the GEMM is faster.
 //!
 //! The points are 0, ±1, ±2 and ∞ (Lavin and Gray's choice). The transforms
 //! grow values (Bᵀ's entries reach 5, Aᵀ's 8) and the output transform's
@@ -35,7 +53,6 @@ use crate::isa::Isa;
 use crate::schedule::{GemmSchedule, ParallelLoop, VectorAxis, WinogradSchedule};
 use crate::workload::Workload;
 use dlas_core::calibration::runs_winograd;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Output tile side, input tile side, and points (GEMMs) per tile.
@@ -274,14 +291,14 @@ impl WinogradConv {
                     let part = t0..tiles.min(t0 + block);
                     let n = part.len();
                     let vp = SyncPtr::new(v);
-                    (0..c).into_par_iter().for_each(|ic| {
+                    crate::awake::for_each(c, |ic| {
                         with_kept_buffer(|plane| {
                             self.input_tiles(input, ic, part.clone(), vp, plane)
                         })
                     });
                     let (mp, vs, gs) = (SyncPtr::new(m), &v[..], gs(n));
                     let (stride, ld) = (self.v_point(n), self.m_ld(n));
-                    (0..POINTS).into_par_iter().for_each(|xi| {
+                    crate::awake::for_each(POINTS, |xi| {
                         let vx = PanelsRef::F32(&vs[xi * stride..(xi + 1) * stride]);
                         let (shape, a, b) = if self.by_channels() {
                             ((n, k, c), vx, BSource::Panels(self.u[xi].view()))
@@ -293,7 +310,7 @@ impl WinogradConv {
                         gemm(&gs, self.isa, false, shape, a, b, c, ld, finishing)
                     });
                     let ms: &[f32] = m;
-                    (0..k).into_par_iter().for_each(|oc| {
+                    crate::awake::for_each(k, |oc| {
                         with_kept_buffer(|staged| {
                             self.output_tiles(ms, oc, part.clone(), out, epi, residual, staged)
                         })

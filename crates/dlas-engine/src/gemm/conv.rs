@@ -10,7 +10,6 @@ use crate::isa::Isa;
 use crate::schedule::{GemmSchedule, ParallelLoop, VectorAxis};
 use crate::sparse::BlockSparse;
 use crate::workload::Workload;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Weights of a GEMM convolution, packed at load.
@@ -97,7 +96,7 @@ impl GemmConv {
         let w = &self.w;
         let c = SyncPtr::new(out);
         match &self.packed {
-            Packed::Sparse(mats) => (0..w.groups).into_par_iter().for_each(|g| {
+            Packed::Sparse(mats) => crate::awake::for_each(w.groups, |g| {
                 let (red, ocg, pix) = (w.reduction(), w.out_channels_per_group(), w.out_pixels());
                 let m = &mats[g];
                 // im2col packed in panels of strip(r) columns (rows padded to
@@ -120,7 +119,7 @@ impl GemmConv {
                     );
                 })
             }),
-            Packed::Dense(weights) => (0..w.groups).into_par_iter().for_each(|g| {
+            Packed::Dense(weights) => crate::awake::for_each(w.groups, |g| {
                 let wg = weights[g].view();
                 match (self.nhwc, self.s.vectors) {
                     (false, VectorAxis::Spatial) => self.nchw(wg, g, input, c, epi, residual),

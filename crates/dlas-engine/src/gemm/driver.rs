@@ -12,7 +12,6 @@ use crate::schedule::GemmSchedule;
 use crate::workload::Workload;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -304,12 +303,8 @@ pub(crate) fn gemm(
         })
     };
     if par_m {
-        (0..mchunks)
-            .into_par_iter()
-            .for_each(|i| task(i..i + 1, 0..nchunks));
+        crate::awake::for_each(mchunks, |i| task(i..i + 1, 0..nchunks));
     } else {
-        (0..nchunks)
-            .into_par_iter()
-            .for_each(|j| task(0..mchunks, j..j + 1));
+        crate::awake::for_each(nchunks, |j| task(0..mchunks, j..j + 1));
     }
 }

@@ -10,7 +10,6 @@ use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::{Isa, madd};
 use crate::schedule::{GemmSchedule, ParallelLoop};
 use crate::sparse::BlockSparse;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Columns of C a sparse kernel keeps in registers per block row of `r`
@@ -67,13 +66,9 @@ pub(crate) fn sparse_gemm(
         }
     };
     if s.parallel == ParallelLoop::OutputChannels {
-        (0..row_chunks)
-            .into_par_iter()
-            .for_each(|i| (0..col_chunks).for_each(|j| run(i, j)));
+        crate::awake::for_each(row_chunks, |i| (0..col_chunks).for_each(|j| run(i, j)));
     } else {
-        (0..col_chunks)
-            .into_par_iter()
-            .for_each(|j| (0..row_chunks).for_each(|i| run(i, j)));
+        crate::awake::for_each(col_chunks, |j| (0..row_chunks).for_each(|i| run(i, j)));
     }
 }
 
