@@ -6,8 +6,8 @@
 use crate::algorithm::KernelAlgorithm;
 use crate::isa::Isa;
 use crate::schedule::{
-    DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule, VectorAxis,
-    WinogradSchedule,
+    DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule, UNTUNED_KC,
+    VectorAxis, WinogradSchedule,
 };
 use crate::workload::Workload;
 
@@ -66,13 +66,6 @@ pub(crate) fn default_winograd(w: &Workload, threads: usize) -> WinogradSchedule
         vectors: g.vectors,
     }
 }
-
-/// The untuned GEMM's largest reduction block. C's tiles are read and
-/// written once per block, so longer blocks pay that less often; measured
-/// on this project's 2-vCPU Xeon (AVX-512, interleaved runs of one layer),
-/// 256 ran ResNet-18's 3x3 layers 10-25% faster than the 64-85 an
-/// L1-sized B panel allowed, and 512 no faster than 256.
-pub(crate) const UNTUNED_KC: usize = 256;
 
 /// Register tiles the untuned GEMM chooses from on AVX-512, in order of
 /// preference on equal cost.
