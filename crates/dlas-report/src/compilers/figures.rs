@@ -2,6 +2,7 @@
 //! throughput of compiled against uncompiled graphs, from results rows.
 
 use super::{Curves, Net, PAIRS, block_of, devices_with_rows, reversals, whole_networks};
+use crate::claims::TOLERANCE;
 use crate::claims::cells::num;
 use crate::figure::{Body, FigureData, LinePanel, LineSeries, Panel, Scale, Series};
 use crate::inputs::{Inputs, footer, study_path};
@@ -270,6 +271,7 @@ pub fn throughput_vs_batch(inputs: &Inputs) -> FigureData {
                 x_range: Some([0.0, log2(largest).max(1.0)]),
                 y_label: "throughput (samples/s)".into(),
                 log_y: true,
+                tie: None,
                 series,
                 note: String::new(),
             });
@@ -361,6 +363,7 @@ pub fn block_gain_vs_depth(inputs: &Inputs) -> FigureData {
                 x_range: Some([0.0, (largest as f64).log2().max(1.0)]),
                 y_label: format!("RTR at batch {BATCH}"),
                 log_y: false,
+                tie: Some(TOLERANCE),
                 series,
                 note,
             });
@@ -373,7 +376,7 @@ pub fn block_gain_vs_depth(inputs: &Inputs) -> FigureData {
         log_y: false,
         body: Body::Lines { columns: 2, panels },
         footer: format!(
-            "Block-repeat models: a stem, N repeats of one block type, a head (the zoo's blocks-<kind>-<depth>); one panel per device and compiled configuration with block-repeat models measured both ways (Finding C3 reads the same pairs). {}",
+            "Block-repeat models: a stem, N repeats of one block type, a head (the zoo's blocks-<kind>-<depth>); one panel per device and compiled configuration with block-repeat models measured both ways (Finding C3 reads the same pairs). Each axis spans at least a factor {TOLERANCE} either side of its middle: gains within that factor of each other are ties (the findings' tolerance). {}",
             footer(inputs, &devices)
         ),
     }

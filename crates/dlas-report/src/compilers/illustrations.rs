@@ -159,9 +159,11 @@ pub fn flow(inputs: &Inputs) -> FigureData {
         })
         .collect();
     let report = vec![format!(
-        "`cargo xtask reproduce --study {}`: Figures 1-7 in {}, Tables 1-2 and the checked findings in {}",
+        "`cargo xtask reproduce --study {}`: Figures {} in {}, Tables {} and the checked findings in {}",
         study.name,
+        numbers(super::FIGURES),
         super::FIGURE_DIR,
+        numbers(super::TABLES),
         super::TABLE_DIR
     )];
     let layers = [
@@ -255,5 +257,15 @@ pub fn refinement(inputs: &Inputs) -> FigureData {
             "The loop runs from the last band back to the first. Source: the study file {} and the zoo's graph IR; no results enter this figure.",
             study_path(inputs)
         ),
+    }
+}
+
+/// A catalogue's numbers as a range, "1-8", so the flow names what the
+/// catalogue holds rather than a count written by hand.
+fn numbers(items: &[usize]) -> String {
+    match (items.first(), items.last()) {
+        (Some(first), Some(last)) if first != last => format!("{first}-{last}"),
+        (Some(only), _) => only.to_string(),
+        _ => "none".into(),
     }
 }

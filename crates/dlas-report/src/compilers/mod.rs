@@ -1,5 +1,5 @@
 //! The compiler study's report (`data/studies/compilers.toml`): its own
-//! numbering of Figures 1-7 and Tables 1-2, written under
+//! numbering of Figures 1-8 and Tables 1-3 ([`FIGURES`], [`TABLES`]), written under
 //! `figures/compilers/` and `paper-tables/compilers/`, with its findings
 //! checked in `paper-tables/compilers/claims.md` and its own report page,
 //! `figures/compilers/index.html`.

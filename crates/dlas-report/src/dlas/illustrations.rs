@@ -319,6 +319,7 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
                 x_range: None,
                 y_label: y_label.into(),
                 log_y,
+                tie: None,
                 series,
                 note: String::new(),
             });
@@ -356,6 +357,7 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
             x_range: None,
             y_label: "top-1 (%)".into(),
             log_y: false,
+            tie: None,
             series,
             note: if pruned_recorded {
                 String::new()

@@ -51,6 +51,13 @@ where
     } else {
         (0.0, 1.0)
     };
+    let (low, high) = match panel.tie {
+        Some(tie) if low > 0.0 && !panel.log_y => {
+            let middle = (low * high).sqrt();
+            (low.min(middle / tie), high.max(middle * tie))
+        }
+        _ => (low, high),
+    };
     let [x0, x1] = panel.x_range.unwrap_or([0.0, 1.0]);
     let builder = |area| {
         let mut b = ChartBuilder::on(area);

@@ -129,6 +129,12 @@ pub struct LinePanel {
     pub x_range: Option<[f64; 2]>,
     pub y_label: String,
     pub log_y: bool,
+    /// For ratios: values within this factor of each other are a tie (the
+    /// claims' tolerance), so a linear y axis spans at least this factor
+    /// either side of its data's middle; otherwise run-to-run noise of a
+    /// flat series would fill the panel and read as a trend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tie: Option<f64>,
     pub series: Vec<LineSeries>,
     /// Drawn across the panel when non-empty, e.g. why a series is missing.
     pub note: String,
@@ -549,6 +555,7 @@ mod tests {
                 x_range: None,
                 y_label: "x".into(),
                 log_y: true,
+                tie: None,
                 series: vec![LineSeries {
                     name: "cifar10/resnet18".into(),
                     points: vec![[0.5, 2.0], [0.8, 5.0]],
