@@ -4,7 +4,10 @@
 //! Every batch norm (or layer scale) that directly follows a convolution is
 //! folded into its weights and bias, and a following residual Add and activation become
 //! the convolution's epilogue; an activation after a lone batch norm or Add
-//! is fused into it. A fused intermediate node has exactly one consumer
+//! is fused into it. SiLU as ONNX exporters write it, `x * Sigmoid(x)`
+//! (a Sigmoid and a Mul that are all that read x), is an activation too: a
+//! SiLU fused like the others, not a stored sigmoid and a second pass. A
+//! fused intermediate node has exactly one consumer
 //! (the next node of its chain), so nothing else can observe that its value
 //! was never stored.
 
@@ -252,9 +255,32 @@ pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<Fuse
         [c] => Some(*c),
         _ => None,
     };
-    // The activation consuming `id` alone, if any, and its node.
-    let fused_activation =
-        |id: NodeId| only(id).and_then(|c| activation(&graph.nodes[c].op).map(|a| (c, a)));
+    // `x * Sigmoid(x)` on `id`: its Sigmoid and Mul, if they are all that
+    // read it.
+    let silu = |id: NodeId| {
+        let &[a, b] = consumers[id].as_slice() else {
+            return None;
+        };
+        let (sig, mul) = if graph.nodes[a].op == Op::Sigmoid {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let ins = graph.nodes[mul].inputs.as_slice();
+        (graph.nodes[sig].op == Op::Sigmoid
+            && graph.nodes[mul].op == Op::Mul
+            && only(sig) == Some(mul)
+            && (ins == [id, sig] || ins == [sig, id]))
+        .then_some((sig, mul))
+    };
+    // The activation that alone consumes `id`, if any: the nodes it fuses
+    // (the last one ends the step) and what it computes.
+    let fused_activation = |id: NodeId| -> Option<(Vec<NodeId>, Activation)> {
+        if let Some((sig, mul)) = silu(id) {
+            return Some((vec![sig, mul], Activation::Silu));
+        }
+        only(id).and_then(|c| activation(&graph.nodes[c].op).map(|a| (vec![c], a)))
+    };
     let mut fused = vec![false; n];
     let mut steps = Vec::new();
     for (id, node) in graph.nodes.iter().enumerate().skip(1) {
@@ -313,10 +339,10 @@ pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<Fuse
                     }
                 }
                 let mut act = Activation::Identity;
-                if let Some((c, a)) = fused_activation(end) {
+                if let Some((nodes, a)) = fused_activation(end) {
                     act = a;
-                    fused[c] = true;
-                    end = c;
+                    nodes.iter().for_each(|&c| fused[c] = true);
+                    end = *nodes.last().expect("a fused node");
                 }
                 let conv = FusedConv {
                     node: id,
@@ -339,10 +365,10 @@ pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<Fuse
                 let (scale, shift) = bn_affine(params)?;
                 let mut end = id;
                 let mut act = Activation::Identity;
-                if let Some((c, a)) = fused_activation(id) {
+                if let Some((nodes, a)) = fused_activation(id) {
                     act = a;
-                    fused[c] = true;
-                    end = c;
+                    nodes.iter().for_each(|&c| fused[c] = true);
+                    end = *nodes.last().expect("a fused node");
                 }
                 let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect();
                 (
@@ -365,10 +391,10 @@ pub(crate) fn fuse(graph: &Graph, weights: &Weights) -> anyhow::Result<Plan<Fuse
             Op::Add => {
                 let mut end = id;
                 let mut act = Activation::Identity;
-                if let Some((c, a)) = fused_activation(id) {
+                if let Some((nodes, a)) = fused_activation(id) {
                     act = a;
-                    fused[c] = true;
-                    end = c;
+                    nodes.iter().for_each(|&c| fused[c] = true);
+                    end = *nodes.last().expect("a fused node");
                 }
                 (
                     end,
@@ -604,6 +630,40 @@ mod tests {
             })
             .count();
         assert_eq!(residuals, 1);
+    }
+
+    /// `x * Sigmoid(x)` after a convolution and its batch norm (how ONNX
+    /// exporters write SiLU) is one step with a SiLU epilogue, equal to the
+    /// reference.
+    #[test]
+    fn exported_silu_is_the_convolution_epilogue() {
+        let mut b = GraphBuilder::new("silu", Dataset::Cifar10);
+        let y = b.conv_bn(b.input(), 8, 3, 1, 1, None);
+        let gate = b.unary(Op::Sigmoid, y);
+        let out = b.mul(gate, y);
+        let graph = b.finish();
+        let weights = generate(&graph, 3);
+        let plan = fuse(&graph, &weights).unwrap();
+        assert!(matches!(
+            plan.as_slice(),
+            [(end, Step::Conv { conv, .. })] if *end == out && conv.act == Activation::Silu
+        ));
+        let x = input(&graph, 2, 1);
+        let want = evaluate_all(&graph, &weights, &x, 1).pop().unwrap();
+        let engine =
+            crate::Engine::compile(&graph, &weights, &crate::EngineConfig::default()).unwrap();
+        let got = engine.run(&x, 1).unwrap();
+        let err: f64 = got
+            .iter()
+            .zip(&want)
+            .map(|(&g, w)| (g as f64 - w).powi(2))
+            .sum();
+        let norm: f64 = want.iter().map(|w| w * w).sum();
+        assert!(
+            (err / norm).sqrt() < 1e-6,
+            "relative error {}",
+            (err / norm).sqrt()
+        );
     }
 
     #[test]

@@ -28,8 +28,7 @@ fn channel_of(layout: Layout, [c, h, w]: Shape, i: usize) -> usize {
 }
 
 pub(crate) fn unary(x: &mut [f32], act: Activation) {
-    x.par_chunks_mut(CHUNK)
-        .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
+    x.par_chunks_mut(CHUNK).for_each(|c| act.apply_all(c));
 }
 
 /// `act(x * scale[c] + shift[c])`: a batch norm that follows no convolution.
@@ -67,15 +66,30 @@ pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout) -> Vec<f32
     let len: usize = shape.iter().product();
     let mut out = a.to_vec();
     if a.len() == b.len() {
-        out.iter_mut().zip(b).for_each(|(o, b)| *o *= b);
-    } else {
-        out.par_chunks_mut(len)
-            .zip(b.par_chunks(shape[0]))
-            .for_each(|(s, b)| {
-                for (i, v) in s.iter_mut().enumerate() {
-                    *v *= b[channel_of(layout, shape, i)];
-                }
-            });
+        out.par_chunks_mut(CHUNK)
+            .zip(b.par_chunks(CHUNK))
+            .for_each(|(o, b)| o.iter_mut().zip(b).for_each(|(o, b)| *o *= b));
+        return out;
+    }
+    // One scale per channel (squeeze-and-excitation): NCHW planes times
+    // a value, NHWC pixels times the sample's row of values, in parallel
+    // over both (a sample alone is one task otherwise).
+    let [c, h, w] = shape;
+    debug_assert_eq!(b.len() * len, a.len() * c);
+    match layout {
+        Layout::Nchw => out
+            .par_chunks_mut(h * w)
+            .zip(b.par_iter())
+            .with_min_len(CHUNK.div_ceil(h * w))
+            .for_each(|(plane, &b)| plane.iter_mut().for_each(|v| *v *= b)),
+        Layout::Nhwc => out
+            .par_chunks_mut(c)
+            .enumerate()
+            .with_min_len(CHUNK.div_ceil(c))
+            .for_each(|(p, pixel)| {
+                let b = &b[p / (h * w) * c..][..c];
+                pixel.iter_mut().zip(b).for_each(|(v, b)| *v *= b);
+            }),
     }
     out
 }
@@ -124,14 +138,24 @@ pub(crate) fn pool(x: &[f32], shape: Shape, p: &Pool, max: bool, layout: Layout)
 pub(crate) fn global_avg_pool(x: &[f32], shape: Shape, layout: Layout) -> Vec<f32> {
     let [c, h, w] = shape;
     let mut out = vec![0.0; x.len() / (h * w)];
-    out.par_chunks_mut(c)
-        .zip(x.par_chunks(c * h * w))
-        .for_each(|(o, s)| {
-            for (i, v) in s.iter().enumerate() {
-                o[channel_of(layout, shape, i)] += v;
-            }
-            o.iter_mut().for_each(|v| *v /= (h * w) as f32);
-        });
+    // Each channel's values summed in storage order either way: NCHW in
+    // parallel over planes, NHWC over samples, pixel rows at a time.
+    match layout {
+        Layout::Nchw => out
+            .par_iter_mut()
+            .zip(x.par_chunks(h * w))
+            .with_min_len(CHUNK.div_ceil(h * w))
+            .for_each(|(o, plane)| *o = plane.iter().sum::<f32>() / (h * w) as f32),
+        Layout::Nhwc => out
+            .par_chunks_mut(c)
+            .zip(x.par_chunks(c * h * w))
+            .for_each(|(o, s)| {
+                for pixel in s.chunks_exact(c) {
+                    o.iter_mut().zip(pixel).for_each(|(o, v)| *o += v);
+                }
+                o.iter_mut().for_each(|v| *v /= (h * w) as f32);
+            }),
+    }
     out
 }
 

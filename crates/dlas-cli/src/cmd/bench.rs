@@ -26,7 +26,8 @@ pub enum Command {
         runs: usize,
     },
     /// The native engine's algorithms against ONNX Runtime and tract on whole
-    /// networks (ResNet-18 CIFAR-10, MobileNetV2 ImageNet), batch 1, in one run.
+    /// networks (ResNet-18 CIFAR-10; MobileNetV2, ResNet-50, EfficientNet-B0
+    /// and ViT-S/16 ImageNet), batch 1, in one run.
     Engine {
         #[arg(long, default_value_t = 20, value_parser = super::bounds::runs)]
         runs: usize,
@@ -117,8 +118,9 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
 /// Times every compiler on the same ONNX file and prints ratios against
 /// ONNX Runtime and tract measured in the same run: the DLAS study's
 /// ResNet-18 (CIFAR-10), MobileNetV2 and ResNet-50 (ImageNet) with int8
-/// too, and the compiler study's ViT-S/16 (dense fp32 only, as that study
-/// runs it).
+/// too, its EfficientNet-B0 (dense fp32: SiLU and squeeze-and-excitation,
+/// which the other three lack), and the compiler study's ViT-S/16 (dense
+/// fp32 only, as that study runs it).
 fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Result<ExitCode> {
     use dlas_core::{Algorithm, Combination, Compression, Dataset};
     let specs = project.specs()?;
@@ -137,6 +139,7 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
         (&dlas, Dataset::Cifar10, "resnet18", true),
         (&dlas, Dataset::Imagenet, "mobilenetv2", true),
         (&dlas, Dataset::Imagenet, "resnet50", true),
+        (&dlas, Dataset::Imagenet, "efficientnet_b0", false),
         (&compilers, Dataset::Imagenet, "vit_s16", false),
     ] {
         let combination = |compiler: &str, algorithm: Algorithm, compression| Combination {
