@@ -56,7 +56,7 @@ pub(crate) fn default_winograd(w: &Workload, threads: usize) -> WinogradSchedule
     let tiles = w.out_h.div_ceil(4) * w.out_w.div_ceil(4);
     let per_tile = 36 * (w.in_channels + w.out_channels) * 4;
     let products = Workload::new(w.in_channels, w.out_channels, 1, 1, 0, 1, 1, tiles);
-    let g = default_gemm(&products, threads, false);
+    let g = fitted_gemm(&products, threads, false, true);
     let fit = (WINOGRAD_PASS_BYTES / per_tile) / g.nr * g.nr;
     WinogradSchedule {
         mr: g.mr,
@@ -92,11 +92,26 @@ const TRANSPOSE_CYCLES: f64 = 4.0;
 /// cycle (a tile loads `mr` broadcasts and `nr / 16` vectors per step), plus
 /// the transpose of C when the axis is not the layout's own. That matches
 /// the tile to the layer (no 12-row tile over 64 channels, and 16 pixels on
-/// the rows rather than half a 32-pixel vector) without timing anything. Elsewhere it is `GemmSchedule::default()` in the layout's own
+/// the rows rather than half a 32-pixel vector) without timing anything.
+/// A convolution keeps its layout's orientation unless that would run its
+/// vectors along fewer values than one holds (a linear layer's one pixel
+/// in NCHW): the model, which prices the transposed orientation at its
+/// transpose alone, chose it for maps of 4x4 to 14x14, where it ran
+/// 1.3-1.9x slower than the best tile in the layout's own (512->512 3x3
+/// on 4x4: 530 against 348 µs; 256->512 3x3 stride 2 on 8x8: 277 against
+/// 149 µs; 960->320 1x1 on 7x7: 260 against 172 µs; each timed alone, 31
+/// runs). Winograd's products, a GEMM of its own shape, weigh both.
+/// Elsewhere it is `GemmSchedule::default()` in the layout's own
 /// orientation. Then the parallel loop runs over the dimension whose
 /// blocks spread best over `threads` threads (see [`task_panels`]), or
 /// that splits the larger operand.
 pub(crate) fn default_gemm(w: &Workload, threads: usize, nhwc: bool) -> GemmSchedule {
+    fitted_gemm(w, threads, nhwc, false)
+}
+
+/// [`default_gemm`], weighing the orientation the layout does not produce
+/// too when `both_axes`.
+fn fitted_gemm(w: &Workload, threads: usize, nhwc: bool, both_axes: bool) -> GemmSchedule {
     let natural = if nhwc {
         VectorAxis::OutputChannels
     } else {
@@ -126,8 +141,14 @@ pub(crate) fn default_gemm(w: &Workload, threads: usize, nhwc: bool) -> GemmSche
             };
             steps * step + transpose
         };
-        [natural, other]
-            .into_iter()
+        // The layout's own orientation unless its vectors would run along
+        // fewer values than one holds (a linear layer's single pixel).
+        let axes = if both_axes || shape(natural).1 < 16 {
+            vec![natural, other]
+        } else {
+            vec![natural]
+        };
+        axes.into_iter()
             .flat_map(|v| AVX512_TILES.map(|t| (t, v)))
             .min_by(|a, b| cost(a.0, a.1).total_cmp(&cost(b.0, b.1)))
             .map(|((mr, nr), v)| (mr, nr, v))
