@@ -27,10 +27,16 @@ pub enum Command {
     },
     /// The native engine's algorithms against ONNX Runtime and tract on whole
     /// networks (ResNet-18 CIFAR-10; MobileNetV2, ResNet-50, EfficientNet-B0
-    /// and ViT-S/16 ImageNet), batch 1, in one run.
+    /// and ViT-S/16 ImageNet), batch 1, interleaved in one run, each ratio
+    /// with its 95% interval.
     Engine {
+        /// Timed runs of each configuration before it may stop.
         #[arg(long, default_value_t = 20, value_parser = super::bounds::runs)]
         runs: usize,
+        /// Seconds of runs after which a configuration stops once it has
+        /// `runs` (earlier when its median is known within ±1%).
+        #[arg(long, default_value_t = 10)]
+        budget_s: u64,
         #[arg(long, default_value_t = 2, value_parser = super::bounds::threads)]
         threads: usize,
     },
@@ -72,7 +78,11 @@ impl Session for Identity {
 
 pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitCode> {
     match command {
-        Command::Engine { runs, threads } => engine(project, *runs, *threads),
+        Command::Engine {
+            runs,
+            budget_s,
+            threads,
+        } => engine(project, *runs, Duration::from_secs(*budget_s), *threads),
         Command::Tune {
             trials,
             early_stop,
@@ -121,26 +131,48 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
 /// too, its EfficientNet-B0 (dense fp32: SiLU and squeeze-and-excitation,
 /// which the other three lack), and the compiler study's ViT-S/16 (dense
 /// fp32 only, as that study runs it).
-fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Result<ExitCode> {
+///
+/// A network's configurations are timed as the campaigns time them
+/// (`dlas_runner::rounds`): interleaved round by round in a seeded order,
+/// each until its median is known within ±1% or its budget is spent, so
+/// the machine's drift falls on all of them alike. A ratio's interval
+/// divides the two medians' 95% intervals (the widest the ratio can be),
+/// and the engine's targets are decided with it: inside the interval is a
+/// tie, not a verdict.
+fn engine(
+    project: &crate::project::Project,
+    runs: usize,
+    budget: Duration,
+    threads: usize,
+) -> Result<ExitCode> {
     use dlas_core::{Algorithm, Combination, Compression, Dataset};
+    use dlas_runner::rounds::{Adaptive, Outcome, Slot};
     let specs = project.specs()?;
     let dlas = project.study("dlas", &specs)?;
     let compilers = project.study("compilers", &specs)?;
     let library = dlas_backends::ort_runtime::library_path(&project.root);
     dlas_backends::ort_runtime::init(&library)?;
     let mut models = dlas_runner::models::Models::new(&project.root)?;
-    let protocol = Protocol {
+    let protocol = Adaptive {
         warmup: 2,
-        runs,
+        min_runs: runs,
+        max_runs: 1000,
+        half_width: 0.01,
+        budget,
         timeout: Duration::from_secs(600),
     };
-    println!("network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_vs_tract_opt");
-    for (study, dataset, model, int8) in [
-        (&dlas, Dataset::Cifar10, "resnet18", true),
-        (&dlas, Dataset::Imagenet, "mobilenetv2", true),
-        (&dlas, Dataset::Imagenet, "resnet50", true),
-        (&dlas, Dataset::Imagenet, "efficientnet_b0", false),
-        (&compilers, Dataset::Imagenet, "vit_s16", false),
+    println!(
+        "network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_low,ratio_high,ratio_vs_tract_opt,runs"
+    );
+    let mut verdicts = Vec::new();
+    // The engine's targets: its best dense fp32 algorithm's time over ONNX
+    // Runtime's (docs/performance.md).
+    for (study, dataset, model, int8, target) in [
+        (&dlas, Dataset::Cifar10, "resnet18", true, Some(1.0)),
+        (&dlas, Dataset::Imagenet, "mobilenetv2", true, Some(1.0)),
+        (&dlas, Dataset::Imagenet, "resnet50", true, Some(1.5)),
+        (&dlas, Dataset::Imagenet, "efficientnet_b0", false, None),
+        (&compilers, Dataset::Imagenet, "vit_s16", false, Some(1.5)),
     ] {
         let combination = |compiler: &str, algorithm: Algorithm, compression| Combination {
             algorithm,
@@ -157,58 +189,113 @@ fn engine(project: &crate::project::Project, runs: usize, threads: usize) -> Res
             threads,
             half_io: false,
         };
-        let mut timed = Vec::new();
+        let mut names = Vec::new();
+        let mut slots = Vec::new();
+        let mut add = |name: String, session| {
+            names.push(name);
+            slots.push(Slot {
+                session,
+                input: input.clone(),
+            });
+        };
         for compiler in ["ort-opt", "tract-opt"] {
-            let mut session = dlas_backends::load(compiler, &path, &config)?;
-            timed.push((
-                compiler.to_string(),
-                median(measure(session.as_mut(), &input, protocol)?),
-            ));
+            add(
+                compiler.into(),
+                dlas_backends::load(compiler, &path, &config)?,
+            );
         }
-        for algorithm in [
+        let dense = [
             Algorithm::Direct,
             Algorithm::Gemm,
             Algorithm::SpatialPack,
             Algorithm::Winograd,
-        ] {
+        ];
+        for algorithm in dense {
             let c = combination(dlas_core::NATIVE, algorithm, Compression::Dense);
-            let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
-            timed.push((
+            add(
                 format!("native {algorithm}"),
-                median(measure(session.as_mut(), &input, protocol)?),
-            ));
+                dlas_runner::native::load(&path, &c, threads, None)?,
+            );
         }
         if int8 {
             // int8: ONNX Runtime on the QDQ file, the engine with the same
             // quantisation parameters (its ratios are still against fp32 ORT).
             let int8 = combination("ort-opt", Algorithm::Auto, Compression::Int8);
             let int8_path = models.path(study, &int8)?;
-            let mut session = dlas_backends::load("ort-opt", &int8_path, &config)?;
-            timed.push((
+            add(
                 "ort-opt int8".into(),
-                median(measure(session.as_mut(), &input, protocol)?),
-            ));
+                dlas_backends::load("ort-opt", &int8_path, &config)?,
+            );
             // The engine quantises the fp32 file itself (as `dlas run` does).
             let c = combination(dlas_core::NATIVE, Algorithm::Gemm, Compression::Int8);
-            let mut session = dlas_runner::native::load(&path, &c, threads, None)?;
-            timed.push((
+            add(
                 "native gemm int8".into(),
-                median(measure(session.as_mut(), &input, protocol)?),
-            ));
-        }
-        let (ort, tract) = (timed[0].1, timed[1].1);
-        for (compiler, ms) in &timed {
-            println!(
-                "{dataset}/{model},{compiler},{ms:.3},{:.1},{:.2},{:.2}",
-                2.0 * macs / (ms * 1e6),
-                ms / ort,
-                ms / tract
+                dlas_runner::native::load(&path, &c, threads, None)?,
             );
         }
+        let mut summaries = vec![None; names.len()];
+        dlas_runner::rounds::measure(
+            slots,
+            &protocol,
+            study.protocol.seed,
+            |i, outcome| {
+                match outcome {
+                    Outcome::Measured { samples, .. } => {
+                        summaries[i] = Summary::from_samples(&samples);
+                    }
+                    Outcome::Failed(e) => anyhow::bail!("{dataset}/{model} {}: {e}", names[i]),
+                }
+                Ok(())
+            },
+            |_| {},
+        )?;
+        let summaries: Vec<Summary> = summaries
+            .into_iter()
+            .map(|s| s.ok_or_else(|| anyhow::anyhow!("{dataset}/{model}: a non-finite time")))
+            .collect::<Result<_>>()?;
+        let (ort, tract) = (&summaries[0], &summaries[1]);
+        for (name, t) in names.iter().zip(&summaries) {
+            let (ratio, low, high) = ratio(t, ort);
+            println!(
+                "{dataset}/{model},{name},{:.3},{:.1},{ratio:.2},{low:.2},{high:.2},{:.2},{}",
+                t.median,
+                2.0 * macs / (t.median * 1e6),
+                t.median / tract.median,
+                t.runs
+            );
+        }
+        if let Some(target) = target {
+            // The best dense fp32 algorithm: the lowest median.
+            let (name, best) = names[2..2 + dense.len()]
+                .iter()
+                .zip(&summaries[2..2 + dense.len()])
+                .min_by(|a, b| a.1.median.total_cmp(&b.1.median))
+                .expect("four algorithms");
+            let (r, low, high) = ratio(best, ort);
+            let verdict = if high <= target {
+                "met"
+            } else if low > target {
+                "missed"
+            } else {
+                "inside the noise (a tie)"
+            };
+            verdicts.push(format!(
+                "{dataset}/{model}: {name} {r:.2}x ONNX Runtime (95% {low:.2}-{high:.2}), target at most {target:.1}x: {verdict}"
+            ));
+        }
+    }
+    println!();
+    for v in verdicts {
+        println!("{v}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn median(samples: Vec<f64>) -> f64 {
-    Summary::from_samples(&samples).map_or(f64::NAN, |s| s.median)
+/// `a`'s median over `b`'s and the widest ratio their 95% intervals allow.
+fn ratio(a: &Summary, b: &Summary) -> (f64, f64, f64) {
+    (
+        a.median / b.median,
+        a.ci_low / b.ci_high,
+        a.ci_high / b.ci_low,
+    )
 }
