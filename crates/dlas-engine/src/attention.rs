@@ -239,7 +239,7 @@ impl WindowAttention {
         let finishing = Finishing::Fused {
             bias: zeros,
             residual: None,
-            clamp: None,
+            act: crate::epilogue::Activation::Identity,
         };
         gemm(
             &s,

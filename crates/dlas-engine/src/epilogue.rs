@@ -97,19 +97,40 @@ impl Activation {
 /// to [-87.3, 88.3], where 2^n stays a normal f32.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0;
-    let x = x.clamp(-87.3, 88.3);
-    let t = x * std::f32::consts::LOG2_E + MAGIC;
-    let n = t - MAGIC;
-    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
+    use exp_constants as c;
+    let x = x.clamp(c::LO, c::HI);
+    let t = x * std::f32::consts::LOG2_E + c::MAGIC;
+    let n = t - c::MAGIC;
+    let r = x - n * c::LN2_HI - n * c::LN2_LO;
+    let mut p = c::P[0];
+    for coefficient in &c::P[1..] {
+        p = p * r + coefficient;
+    }
     let e = p * r * r + r + 1.0;
     // t's low bits are n (its ulp is 1): 2^n built from its exponent field.
-    let n = t.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let n = t.to_bits() as i32 - c::MAGIC.to_bits() as i32;
     e * f32::from_bits(((n + 127) << 23) as u32)
+}
+
+/// The constants of [`exp`], shared with the microkernels' vector copies.
+pub(crate) mod exp_constants {
+    /// 1.5 x 2^23: adding it rounds to an integer.
+    pub const MAGIC: f32 = 12_582_912.0;
+    /// The clamp that keeps 2^n a normal f32.
+    pub const LO: f32 = -87.3;
+    pub const HI: f32 = 88.3;
+    /// ln 2 in two parts, so n ln 2 is subtracted exactly.
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// The polynomial's coefficients, highest degree first.
+    pub const P: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_2e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ];
 }
 
 /// `act(acc + bias[oc] + residual)`, in that order: ResNet adds the shortcut

@@ -164,22 +164,11 @@ impl GemmConv {
         } else {
             BSource::Im2col { input, w, g }
         };
-        let epi_block = |rows: Range<usize>, cols: Range<usize>| {
-            for r in rows {
-                let oc = g * ocg + r;
-                // SAFETY: this block's rows and columns belong to this task.
-                let o = unsafe { c.slice(oc * pix + cols.start, cols.len()) };
-                let res = residual.map(|x| &x[oc * pix + cols.start..][..cols.len()]);
-                epi.channel(oc, o, res);
-            }
-        };
-        let finishing = match epi.act.clamp() {
-            Some(clamp) => Finishing::Fused {
-                bias: &epi.bias[g * ocg..(g + 1) * ocg],
-                residual: residual.map(|x| &x[g * ocg * pix..(g + 1) * ocg * pix]),
-                clamp,
-            },
-            None => Finishing::Blocks(&epi_block),
+        // Every activation is applied in the tiles' stores.
+        let finishing = Finishing::Fused {
+            bias: &epi.bias[g * ocg..(g + 1) * ocg],
+            residual: residual.map(|x| &x[g * ocg * pix..(g + 1) * ocg * pix]),
+            act: epi.act,
         };
         let cg = c.offset(g * ocg * pix);
         let shape = (ocg, pix, red);

@@ -6,6 +6,7 @@
 use super::micro::{Finish, Store, microkernel};
 use super::pack::{pack_im2col, pack_im2col_block};
 use crate::aligned::AlignedVec;
+use crate::epilogue::Activation;
 use crate::epilogue::SyncPtr;
 use crate::isa::Isa;
 use crate::schedule::GemmSchedule;
@@ -92,11 +93,11 @@ pub(crate) enum BSource<'a> {
 /// How [`gemm`] finishes C.
 pub(crate) enum Finishing<'a> {
     /// In the microkernel's store: `bias` per row of C, `residual` at C's
-    /// offsets (row stride ldc), then a clamp (see `Activation::clamp`).
+    /// offsets (row stride ldc), then the activation.
     Fused {
         bias: &'a [f32],
         residual: Option<&'a [f32]>,
-        clamp: Option<(f32, f32)>,
+        act: Activation,
     },
     /// Called with each finished block of C (rows, columns).
     Blocks(&'a (dyn Fn(Range<usize>, Range<usize>) + Sync)),
@@ -265,14 +266,14 @@ pub(crate) fn gemm(
                                         Finishing::Fused {
                                             bias,
                                             residual,
-                                            clamp,
+                                            act,
                                         },
                                         true,
                                     ) => Some(Finish {
                                         bias: bias[r0..].as_ptr(),
                                         residual: residual
                                             .map_or(std::ptr::null(), |r| r[off..].as_ptr()),
-                                        clamp: *clamp,
+                                        act: *act,
                                     }),
                                     _ => None,
                                 };

@@ -6,12 +6,15 @@
 //! up to 32 registers), AVX2 + FMA (`NR` a multiple of 8, 16 registers) and
 //! portable Rust. The tile's store does the rest of the layer's work while
 //! the values are in registers: it adds the partial sums of earlier
-//! reduction blocks, and on the last block the bias, the residual and a
-//! clamping activation (ReLU, ReLU6), so C is written once per block and
-//! never re-read by a separate epilogue pass. Edge tiles store only their
+//! reduction blocks, and on the last block the bias, the residual and the
+//! activation (a clamp for ReLU and ReLU6; SiLU and sigmoid through a
+//! vector `exp` that computes what [`crate::epilogue::exp`] does, operation
+//! for operation), so C is written once per block and never re-read by a
+//! separate epilogue pass. Edge tiles store only their
 //! valid rows and columns (masked on AVX-512 and AVX2), so no tile is
 //! computed into a scratch buffer.
 
+use crate::epilogue::Activation;
 use crate::isa::Isa;
 
 /// What the last reduction block does to a tile before storing it.
@@ -21,8 +24,8 @@ pub(crate) struct Finish {
     pub bias: *const f32,
     /// The residual at the tile's offsets (row stride `ldc`), or null.
     pub residual: *const f32,
-    /// `min(max(x, lo), hi)` after the additions, if any.
-    pub clamp: Option<(f32, f32)>,
+    /// Applied after the additions.
+    pub act: Activation,
 }
 
 /// Where a microkernel stores its tile.
@@ -105,6 +108,7 @@ unsafe fn avx512<const MR: usize, const NV: usize>(
             let n = st.cols.saturating_sub(16 * v).min(16);
             ((1u32 << n) - 1) as __mmask16
         });
+        let act = st.finish.map(|f| Act512::of(f.act));
         for (i, row) in acc.iter().enumerate() {
             if i >= st.rows {
                 break;
@@ -121,10 +125,7 @@ unsafe fn avx512<const MR: usize, const NV: usize>(
                     if !f.residual.is_null() {
                         x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, f.residual.add(off)));
                     }
-                    if let Some((lo, hi)) = f.clamp {
-                        // max(lo, x) keeps a NaN x (the second operand wins on NaN).
-                        x = _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), x));
-                    }
+                    x = act.map_or(x, |a| a.apply(x));
                 }
                 _mm512_mask_storeu_ps(p, m, x);
             }
@@ -168,6 +169,7 @@ unsafe fn avx2<const MR: usize, const NV: usize>(
             let n = st.cols.saturating_sub(8 * v).min(8) as i32;
             _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane)
         });
+        let act = st.finish.map(|f| Act256::of(f.act));
         for (i, row) in acc.iter().enumerate() {
             if i >= st.rows {
                 break;
@@ -184,14 +186,165 @@ unsafe fn avx2<const MR: usize, const NV: usize>(
                     if !f.residual.is_null() {
                         x = _mm256_add_ps(x, _mm256_maskload_ps(f.residual.add(off), m));
                     }
-                    if let Some((lo, hi)) = f.clamp {
-                        x = _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), x));
-                    }
+                    x = act.map_or(x, |a| a.apply(x));
                 }
                 _mm256_maskstore_ps(p, m, x);
             }
         }
     }
+}
+
+/// A tile's activation on 16 lanes, its clamp bounds in registers once per
+/// tile: a clamp as `min(hi, max(lo, x))` (the second operand wins on NaN,
+/// so a NaN x stays NaN, as `f32::clamp` keeps it; the identity clamps to
+/// the infinities), SiLU and sigmoid through [`exp512`].
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Act512 {
+    smooth: Option<Activation>,
+    lo: std::arch::x86_64::__m512,
+    hi: std::arch::x86_64::__m512,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Act512 {
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn of(act: Activation) -> Act512 {
+        use std::arch::x86_64::*;
+        let (lo, hi) = act
+            .clamp()
+            .flatten()
+            .unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        Act512 {
+            smooth: matches!(act, Activation::Silu | Activation::Sigmoid).then_some(act),
+            lo: _mm512_set1_ps(lo),
+            hi: _mm512_set1_ps(hi),
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn apply(self, x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        let Some(smooth) = self.smooth else {
+            return _mm512_min_ps(self.hi, _mm512_max_ps(self.lo, x));
+        };
+        let one = _mm512_set1_ps(1.0);
+        // -x by its sign bit, as the scalar `-x`.
+        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(x),
+            _mm512_set1_epi32(i32::MIN),
+        ));
+        let numerator = if smooth == Activation::Silu { x } else { one };
+        _mm512_div_ps(numerator, _mm512_add_ps(one, exp512(neg)))
+    }
+}
+
+/// [`crate::epilogue::exp`] on 16 lanes, the same operations in the same
+/// order (no fused multiply-adds), so it gives the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn exp512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use crate::epilogue::exp_constants as c;
+    use std::arch::x86_64::*;
+    let k = _mm512_set1_ps;
+    let x = _mm512_min_ps(k(c::HI), _mm512_max_ps(k(c::LO), x));
+    let t = _mm512_add_ps(_mm512_mul_ps(x, k(std::f32::consts::LOG2_E)), k(c::MAGIC));
+    let n = _mm512_sub_ps(t, k(c::MAGIC));
+    let r = _mm512_sub_ps(
+        _mm512_sub_ps(x, _mm512_mul_ps(n, k(c::LN2_HI))),
+        _mm512_mul_ps(n, k(c::LN2_LO)),
+    );
+    let mut p = k(c::P[0]);
+    for &coefficient in &c::P[1..] {
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), k(coefficient));
+    }
+    let e = _mm512_add_ps(
+        _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r),
+        k(1.0),
+    );
+    let n = _mm512_sub_epi32(
+        _mm512_castps_si512(t),
+        _mm512_set1_epi32(c::MAGIC.to_bits() as i32),
+    );
+    let scale = _mm512_slli_epi32::<23>(_mm512_add_epi32(n, _mm512_set1_epi32(127)));
+    _mm512_mul_ps(e, _mm512_castsi512_ps(scale))
+}
+
+/// [`Act512`] on 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Act256 {
+    smooth: Option<Activation>,
+    lo: std::arch::x86_64::__m256,
+    hi: std::arch::x86_64::__m256,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Act256 {
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn of(act: Activation) -> Act256 {
+        use std::arch::x86_64::*;
+        let (lo, hi) = act
+            .clamp()
+            .flatten()
+            .unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        Act256 {
+            smooth: matches!(act, Activation::Silu | Activation::Sigmoid).then_some(act),
+            lo: _mm256_set1_ps(lo),
+            hi: _mm256_set1_ps(hi),
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn apply(self, x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        let Some(smooth) = self.smooth else {
+            return _mm256_min_ps(self.hi, _mm256_max_ps(self.lo, x));
+        };
+        let one = _mm256_set1_ps(1.0);
+        let neg = _mm256_castsi256_ps(_mm256_xor_si256(
+            _mm256_castps_si256(x),
+            _mm256_set1_epi32(i32::MIN),
+        ));
+        let numerator = if smooth == Activation::Silu { x } else { one };
+        _mm256_div_ps(numerator, _mm256_add_ps(one, exp256(neg)))
+    }
+}
+
+/// [`exp512`] on 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn exp256(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use crate::epilogue::exp_constants as c;
+    use std::arch::x86_64::*;
+    let k = _mm256_set1_ps;
+    let x = _mm256_min_ps(k(c::HI), _mm256_max_ps(k(c::LO), x));
+    let t = _mm256_add_ps(_mm256_mul_ps(x, k(std::f32::consts::LOG2_E)), k(c::MAGIC));
+    let n = _mm256_sub_ps(t, k(c::MAGIC));
+    let r = _mm256_sub_ps(
+        _mm256_sub_ps(x, _mm256_mul_ps(n, k(c::LN2_HI))),
+        _mm256_mul_ps(n, k(c::LN2_LO)),
+    );
+    let mut p = k(c::P[0]);
+    for &coefficient in &c::P[1..] {
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), k(coefficient));
+    }
+    let e = _mm256_add_ps(
+        _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r),
+        k(1.0),
+    );
+    let n = _mm256_sub_epi32(
+        _mm256_castps_si256(t),
+        _mm256_set1_epi32(c::MAGIC.to_bits() as i32),
+    );
+    let scale = _mm256_slli_epi32::<23>(_mm256_add_epi32(n, _mm256_set1_epi32(127)));
+    _mm256_mul_ps(e, _mm256_castsi256_ps(scale))
 }
 
 unsafe fn portable<const MR: usize, const NR: usize>(
@@ -227,9 +380,7 @@ unsafe fn portable<const MR: usize, const NR: usize>(
                     if !f.residual.is_null() {
                         x += *f.residual.add(off);
                     }
-                    if let Some((lo, hi)) = f.clamp {
-                        x = x.max(lo).min(hi);
-                    }
+                    x = f.act.apply(x);
                 }
                 *p = x;
             }
@@ -261,7 +412,13 @@ mod tests {
                 let ldc = nr + 5;
                 let res: Vec<f32> = (0..mr * ldc).map(|i| (i % 9) as f32 * 0.1).collect();
                 for (rows, cols) in [(mr, nr), (mr - 1, nr - 3), (1, 1)] {
-                    for (accumulate, finish) in [(false, false), (true, false), (true, true)] {
+                    for (accumulate, finish, act) in [
+                        (false, false, Activation::Identity),
+                        (true, false, Activation::Identity),
+                        (true, true, Activation::Relu6),
+                        (true, true, Activation::Silu),
+                        (true, true, Activation::Sigmoid),
+                    ] {
                         let mut c = vec![0.5f32; mr * ldc];
                         let st = Store {
                             c: c.as_mut_ptr(),
@@ -272,7 +429,7 @@ mod tests {
                             finish: finish.then_some(Finish {
                                 bias: bias.as_ptr(),
                                 residual: res.as_ptr(),
-                                clamp: Some((0.0, 6.0)),
+                                act,
                             }),
                         };
                         // SAFETY: the buffers above have the sizes `Micro` asks for.
@@ -294,16 +451,67 @@ mod tests {
                                     want += 0.5;
                                 }
                                 if finish {
-                                    want = (want + bias[i] as f64 + res[i * ldc + j] as f64)
-                                        .clamp(0.0, 6.0);
+                                    let x = want + bias[i] as f64 + res[i * ldc + j] as f64;
+                                    want = match act {
+                                        Activation::Relu6 => x.clamp(0.0, 6.0),
+                                        Activation::Silu => x / (1.0 + (-x).exp()),
+                                        _ => 1.0 / (1.0 + (-x).exp()),
+                                    };
                                 }
                                 assert!(
                                     (got as f64 - want).abs() < 1e-4,
-                                    "{isa:?} {mr}x{nr} ({i}, {j}): {got} vs {want}"
+                                    "{isa:?} {mr}x{nr} {act:?} ({i}, {j}): {got} vs {want}"
                                 );
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// The vector activations give the scalar ones' bits (so a SiLU fused
+    /// into a tile's store equals the separate pass it replaced), NaN
+    /// included.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_activations_equal_the_scalar_ones() {
+        use std::arch::x86_64::*;
+        let xs: Vec<f32> = (0..4000)
+            .map(|i| (i as f32 - 2000.0) * 0.05)
+            .chain([f32::NAN, -0.0, 0.0, 1e30, -1e30, 88.5, -88.5])
+            .collect();
+        for act in [
+            Activation::Silu,
+            Activation::Sigmoid,
+            Activation::Relu6,
+            Activation::Identity,
+        ] {
+            let want: Vec<u32> = xs.iter().map(|&x| act.apply(x).to_bits()).collect();
+            for isa in Isa::available() {
+                let mut got = xs.clone();
+                for chunk in got.chunks_exact_mut(8) {
+                    // SAFETY: the CPU has the instruction set; chunks of 8 (and 16) lanes.
+                    unsafe {
+                        match isa {
+                            Isa::Avx512 if chunk.len() == 8 => {
+                                let mut v = [0f32; 16];
+                                v[..8].copy_from_slice(chunk);
+                                let r = Act512::of(act).apply(_mm512_loadu_ps(v.as_ptr()));
+                                _mm512_storeu_ps(v.as_mut_ptr(), r);
+                                chunk.copy_from_slice(&v[..8]);
+                            }
+                            Isa::Avx2 => {
+                                let r = Act256::of(act).apply(_mm256_loadu_ps(chunk.as_ptr()));
+                                _mm256_storeu_ps(chunk.as_mut_ptr(), r);
+                            }
+                            _ => chunk.iter_mut().for_each(|x| *x = act.apply(*x)),
+                        }
+                    }
+                }
+                let n = got.len() / 8 * 8;
+                for (i, (g, w)) in got[..n].iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), *w, "{isa:?} {act:?} at {}", xs[i]);
                 }
             }
         }
