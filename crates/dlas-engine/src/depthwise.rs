@@ -266,8 +266,9 @@ fn split_pairs(src: &[f32], first: &mut [f32], second: &mut [f32], isa: Isa) {
     }
 }
 
-/// [`split_pairs`] on whole 32-value chunks (two vpermt2ps each); returns
-/// the pairs done.
+/// [`split_pairs`] with two vpermt2ps per 32 values, the last chunk
+/// masked; returns the pairs done (all of them; a trailing odd value is
+/// in `first` too).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn split_pairs_avx512(src: &[f32], first: &mut [f32], second: &mut [f32]) -> usize {
@@ -292,7 +293,32 @@ fn split_pairs_avx512(src: &[f32], first: &mut [f32], second: &mut [f32]) -> usi
             );
         }
     }
-    chunks * 16
+    // The last, partial chunk with masks: a 14- to 112-column row is
+    // mostly tail.
+    let rest = src.len() - 32 * chunks;
+    let ones = |n: usize| ((1u32 << n.min(16)) - 1) as __mmask16;
+    let (lo, hi) = (ones(rest), ones(rest.saturating_sub(16)));
+    let (evens, odds) = (rest.div_ceil(2), rest / 2);
+    assert!(first.len() >= chunks * 16 + evens && second.len() >= chunks * 16 + odds);
+    // SAFETY: the loads are masked to src's last `rest` values and the
+    // stores to the `evens` and `odds` values first and second hold
+    // (asserted above).
+    unsafe {
+        let at = src.as_ptr().add(32 * chunks);
+        let a = _mm512_maskz_loadu_ps(lo, at);
+        let b = _mm512_maskz_loadu_ps(hi, at.wrapping_add(16));
+        _mm512_mask_storeu_ps(
+            first.as_mut_ptr().add(16 * chunks),
+            ones(evens),
+            _mm512_permutex2var_ps(a, even, b),
+        );
+        _mm512_mask_storeu_ps(
+            second.as_mut_ptr().add(16 * chunks),
+            ones(odds),
+            _mm512_permutex2var_ps(a, odd, b),
+        );
+    }
+    src.len() / 2
 }
 
 /// Runs `$block::<NV>(x0, nv-args...)` over the blocks of 64 output
