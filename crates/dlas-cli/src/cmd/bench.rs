@@ -234,6 +234,15 @@ fn engine(
             );
         }
         let mut summaries = vec![None; names.len()];
+        // A network takes up to `budget` per configuration: show which
+        // one is being timed and how many have stopped.
+        let bar = indicatif::ProgressBar::new(names.len() as u64).with_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:30}] {pos}/{len} configurations stopped, {elapsed}",
+            )
+            .expect("template"),
+        );
+        bar.set_message(format!("{dataset}/{model}"));
         dlas_runner::rounds::measure(
             slots,
             &protocol,
@@ -245,10 +254,12 @@ fn engine(
                     }
                     Outcome::Failed(e) => anyhow::bail!("{dataset}/{model} {}: {e}", names[i]),
                 }
+                bar.inc(1);
                 Ok(())
             },
             |_| {},
         )?;
+        bar.finish_and_clear();
         let summaries: Vec<Summary> = summaries
             .into_iter()
             .map(|s| s.ok_or_else(|| anyhow::anyhow!("{dataset}/{model}: a non-finite time")))
