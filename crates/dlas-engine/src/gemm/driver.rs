@@ -3,7 +3,7 @@
 //! register-tile microkernels over it, with the epilogue fused into the
 //! tiles' stores or run per finished block.
 
-use super::micro::{Finish, Store, microkernel};
+use super::micro::{Finish, PREFETCH_A_FROM, Store, microkernel};
 use super::pack::{pack_im2col, pack_im2col_block};
 use crate::aligned::AlignedVec;
 use crate::epilogue::Activation;
@@ -284,6 +284,7 @@ pub(crate) fn gemm(
                                     cols: nr.min(n - c0),
                                     accumulate: pc > 0,
                                     finish,
+                                    prefetch_a: m * k >= PREFETCH_A_FROM,
                                 };
                                 let ap = a0.wrapping_add((ir - afirst) * astride);
                                 // SAFETY: `block` and `BBlock` return panels of kb
