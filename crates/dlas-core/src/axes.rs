@@ -118,8 +118,9 @@ closed_axis!(
         Direct => "direct",
         Gemm => "gemm",
         SpatialPack => "spatial-pack",
-        /// Winograd F(4x4, 3x3) for 3x3 stride-1 dense convolutions on maps
-        /// of 16 or more output tiles (others run as gemm): an addition of
+        /// Winograd F(4x4, 3x3) for 3x3 stride-1 dense convolutions of 8 or
+        /// more input channels on maps of 16 or more output tiles (others
+        /// run as gemm): an addition of
         /// this study, not one the DLAS paper tested.
         Winograd => "winograd",
         /// The runtime picks its own kernels (tract, ONNX Runtime): no algorithm axis.

@@ -311,15 +311,22 @@ impl MockDevice {
 
 /// The convolution of kernel `k` if the engine runs it as Winograd under
 /// `c`: the winograd algorithm, dense fp32 weights, and a layer
-/// [`runs_winograd`] accepts (3x3, stride 1, one group, 16 or more output
-/// tiles; the engine runs every other layer as the gemm would).
+/// [`runs_winograd`] accepts (3x3, stride 1, one group, 8 or more input
+/// channels, 16 or more output tiles; the engine runs every other layer as
+/// the gemm would).
 fn winograd_layer<'a>(c: &Combination, w: &Workload, k: &'a Kernel) -> Option<&'a dlas_zoo::Conv> {
     match &k.kind {
         KernelKind::Conv(conv)
             if c.algorithm == Algorithm::Winograd
                 && !c.format.is_sparse()
                 && precision_of(w.compression) == Precision::F32
-                && runs_winograd(conv.kernel, conv.stride, conv.groups, k.out_hw) =>
+                && runs_winograd(
+                    conv.kernel,
+                    conv.stride,
+                    conv.groups,
+                    conv.in_channels,
+                    k.out_hw,
+                ) =>
         {
             Some(conv)
         }

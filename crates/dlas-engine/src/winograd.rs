@@ -21,13 +21,10 @@
 //! output transform with the [`Epilogue`] in parallel over output
 //! channels. The transformed input and the products live in buffers the
 //! calling thread keeps across runs. Both transforms work on 16
-//! consecutive tiles at once, one per vector lane. On AVX-512 they are
-//! written with intrinsics on registers (`input_group_avx512`,
-//! `output_group_avx512`): written on arrays of f32, LLVM compiled them
-//! into 8-lane gathers and scatters through the stack, and a 64-channel
-//! layer on 32x32 spent 110 µs in the input transform and 57 in the output
-//! one, against 45 and 29 now (the whole layer 240 against 165 µs, timed
-//! alone). Elsewhere the array code is compiled for AVX2 or left portable:
+//! consecutive tiles at once, one per vector lane: on AVX-512 with
+//! intrinsics on registers (`avx512`: a 64-channel layer on 32x32 spent
+//! 110 and 57 µs in the input and output transforms written on arrays of
+//! f32, 45 and 29 so), elsewhere the array code compiled for AVX2:
 //!
 //! - input: one channel's rows are copied once into a zero-padded plane,
 //!   each of a tile's 36 points is gathered for the 16 tiles (`vgatherdps`
@@ -42,7 +39,8 @@
 //! A layer runs as Winograd only with 16 or more output tiles (a 14x14
 //! map and up: `dlas_core::calibration::runs_winograd`, which the device
 //! model and the calibration share): on fewer, the products stream 4x the
-//! layer's weights for one to four tiles, and the GEMM is faster.
+//! layer's weights for one to four tiles, and the GEMM is faster; nor
+//! with fewer than 8 input channels (a CIFAR-10 stem).
 //!
 //! The points are 0, ±1, ±2 and ∞ (Lavin and Gray's choice). The transforms
 //! grow values (Bᵀ's entries reach 5, Aᵀ's 8) and the output transform's
@@ -82,7 +80,13 @@ pub(crate) fn computes(w: &Workload) -> bool {
 /// group for the products to be GEMMs worth running) with enough output
 /// tiles (see [`runs_winograd`]).
 pub(crate) fn fits(w: &Workload) -> bool {
-    runs_winograd(w.kernel, w.stride, w.groups, [w.out_h, w.out_w])
+    runs_winograd(
+        w.kernel,
+        w.stride,
+        w.groups,
+        w.in_channels,
+        [w.out_h, w.out_w],
+    )
 }
 
 /// Tiles (or columns) whose transforms run side by side, one per lane of

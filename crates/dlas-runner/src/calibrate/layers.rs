@@ -148,10 +148,11 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
     (regular, depthwise)
 }
 
-/// The Winograd class's shapes: `n` 3x3 stride-1 convolutions on maps of
-/// 16 or more output tiles (14x14 and up: the only layers a Winograd
-/// configuration runs as Winograd, see `runs_winograd`; on the regular grid
-/// most would run the gemm) from the regular grid's channel counts and
+/// The Winograd class's shapes: `n` 3x3 stride-1 convolutions of 8 or
+/// more input channels on maps of 16 or more output tiles (14x14 and up:
+/// the only layers a Winograd configuration runs as Winograd, see
+/// `runs_winograd`; on the regular grid most would run the gemm) from the
+/// regular grid's channel counts and
 /// under its cap, drawn from their own seed so that the regular and
 /// depthwise grids stay as they were. (Calibrations before December 4,
 /// 2026 drew from maps of 4-56, when Winograd ran on every 3x3 stride-1
@@ -497,10 +498,13 @@ mod tests {
         let w = winograd_grid(12);
         assert_eq!(winograd_grid(12), w);
         // Only layers a Winograd configuration runs as Winograd.
-        assert!(
-            w.iter()
-                .all(|s| runs_winograd(s.kernel, s.stride, s.groups, [s.out_hw(); 2]))
-        );
+        assert!(w.iter().all(|s| runs_winograd(
+            s.kernel,
+            s.stride,
+            s.groups,
+            s.in_channels,
+            [s.out_hw(); 2]
+        )));
         // The Winograd grid did not move the others.
         assert_eq!(grid(12), (a, d));
     }
