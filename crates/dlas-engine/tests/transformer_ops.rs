@@ -171,10 +171,12 @@ proptest! {
     }
 }
 
-/// GELU over [-10, 10] in steps of 1/64 is within 1e-6 (absolute, or
-/// relative beyond 1) of the exact erf form, although the engine's erf is
-/// a rational approximation: the error is f32's cancellation in `1 + erf`
-/// for negative inputs (measured: at most 9e-7, near -5.5; 3e-7 above -2).
+/// GELU over [-10, 10] in steps of 1/64 is within 1e-5 of the exact form,
+/// relative to each value (0 at 0), although the engine's erf and erfc
+/// are approximations: for negative inputs it computes `1 + erf` as
+/// `erfc`, which does not cancel (an f32 `1 + erf` was off by 5e-3 of the
+/// value at -4.3 and by all of it below -5.7). What error is left grows
+/// with x^2, the f32 rounding of e^(-x^2/2)'s exponent: 6e-6 at -10.
 #[test]
 fn gelu_is_exact_to_f32() {
     let n = 20 * 64 + 1;
@@ -187,10 +189,17 @@ fn gelu_is_exact_to_f32() {
     let want = reference::evaluate(&graph, &weights, &x, 1);
     let engine = Engine::compile(&graph, &weights, &EngineConfig::default()).unwrap();
     let got = engine.run(&x, 1).unwrap();
+    let mut worst = 0.0f64;
     for ((x, g), w) in x.iter().zip(got).zip(want) {
-        let e = (g as f64 - w).abs() / w.abs().max(1.0);
-        assert!(e < 1e-6, "gelu({x}) = {g}, not {w}");
+        let e = if w == 0.0 {
+            g.abs() as f64
+        } else {
+            (g as f64 - w).abs() / w.abs()
+        };
+        assert!(e < 1e-5, "gelu({x}) = {g}, not {w}");
+        worst = worst.max(e);
     }
+    println!("worst relative error {worst:.2e}");
 }
 
 /// The shifted-window mask matters: with it removed (shift 0) the output

@@ -136,8 +136,11 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// `x (1 + erf(x / sqrt 2)) / 2` written with erfc, `1 + erf(z) =
+/// erfc(-z)`, which does not cancel for negative x (in f64 `1 + erf`
+/// loses every digit below x = -8.3).
 fn gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+    0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2)
 }
 
 /// Layer norm over the channels of each position, with the biased variance
