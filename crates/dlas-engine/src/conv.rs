@@ -251,6 +251,36 @@ impl Conv2d {
             }
         });
     }
+
+    /// Seconds of each of `runs` runs of a batch into `out`, timed as a
+    /// network runs its layers: on `pool`'s workers kept awake through
+    /// them all (the engine's run, not a rayon `install` per run), and
+    /// each run after `evict(0..tasks)` as a parallel loop (untimed), which
+    /// a tuner uses to push the layer's weights and input out of the cores'
+    /// caches, where a network's other layers leave them.
+    pub fn time_runs(
+        &self,
+        pool: &rayon::ThreadPool,
+        (input, out): (&[f32], &mut [f32]),
+        runs: usize,
+        (tasks, evict): (usize, &(dyn Fn(usize) + Sync)),
+    ) -> Vec<f64> {
+        let (il, ol) = (self.key.workload.in_len(), self.key.workload.out_len());
+        assert_eq!(input.len() % il, 0, "input length");
+        assert_eq!(out.len(), input.len() / il * ol, "output length");
+        crate::awake::run_awake(pool, || {
+            (0..runs)
+                .map(|_| {
+                    crate::awake::for_each(tasks, evict);
+                    let t = std::time::Instant::now();
+                    for (x, y) in input.chunks(il).zip(out.chunks_mut(ol)) {
+                        self.run_sample(x, y, None);
+                    }
+                    t.elapsed().as_secs_f64()
+                })
+                .collect()
+        })
+    }
 }
 
 /// The epilogue of a layer: its bias (zeros without one) and activation.
