@@ -451,9 +451,9 @@ impl WinogradConv {
         }
     }
 
-    /// [`WinogradConv::store_v`] of a vector register: one store when the
-    /// values are a whole vector in one panel, else one masked store per
-    /// panel they fall in.
+    /// [`WinogradConv::store_v`] of a vector register: one masked store per
+    /// panel the values fall in (one store when they are a whole vector in
+    /// one panel).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn store_v_avx512(
@@ -465,14 +465,6 @@ impl WinogradConv {
         count: usize,
     ) {
         let pw = self.panel_width();
-        if count == L && j0 % pw + L <= pw {
-            // SAFETY: as in `store_v`; the vector is AVX-512's, whose
-            // code alone calls this.
-            unsafe {
-                std::arch::x86_64::_mm512_storeu_ps(v.get().add(base + self.v_at(ic, j0)), values)
-            };
-            return;
-        }
         let mut l = 0;
         while l < count {
             let run = (pw - (j0 + l) % pw).min(count - l);
