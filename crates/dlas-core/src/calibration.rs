@@ -21,9 +21,9 @@ pub enum KernelFamily {
     Gemm,
     SpatialPack,
     Depthwise,
-    /// Winograd F(4x4, 3x3): 3x3 stride-1 ungrouped dense fp32 layers of
-    /// 8 or more input channels and 16 or more output tiles only (see
-    /// [`runs_winograd`]).
+    /// Winograd F(4x4, 3x3) or F(2x2, 3x3): 3x3 stride-1 ungrouped dense
+    /// fp32 layers of 8 or more input channels and 16 or more output tiles
+    /// only (see [`winograd_tile`]).
     Winograd,
 }
 
@@ -106,33 +106,80 @@ impl LayerTiming {
     }
 
     /// Multiply-accumulates of the dense layer: those the kernel does, so
-    /// Winograd's are its point-wise products (see [`winograd_macs`]).
+    /// Winograd's are its point-wise products (see [`WinogradTile::macs`]).
     pub fn macs(&self) -> f64 {
         if self.family == KernelFamily::Winograd {
-            return winograd_macs(self.in_channels, self.out_channels, [self.out_hw; 2]);
+            let map = [self.out_hw; 2];
+            let tile = WinogradTile::for_map(map).unwrap_or(WinogradTile::F4x4);
+            return tile.macs(self.in_channels, self.out_channels, map);
         }
         let per_output = (self.in_channels / self.groups) * self.kernel * self.kernel;
         (self.out_channels * self.out_hw * self.out_hw * per_output) as f64
     }
 }
 
-/// Output tiles of Winograd F(4x4, 3x3) on an `out_hw` map: 4x4 pixels
-/// each, partial tiles at the edges counting whole.
-pub fn winograd_tiles(out_hw: [usize; 2]) -> usize {
-    out_hw[0].div_ceil(4) * out_hw[1].div_ceil(4)
+/// The output tile a Winograd layer computes: F(4x4, 3x3) transforms 6x6
+/// input tiles (36 products per tile and channel pair, against the direct
+/// sum's 144), F(2x2, 3x3) 4x4 ones (16 against 36). The larger tile does
+/// fewer multiplications per pixel, the smaller has 4x as many tiles on a
+/// map, so the products' GEMMs have enough columns on small maps, and
+/// transformed weights half the size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WinogradTile {
+    F4x4,
+    F2x2,
 }
 
-/// Output tiles below which a Winograd configuration of the engine runs a
-/// 3x3 stride-1 layer as the GEMM. The products read the transformed
-/// weights, 36 x out x in values (four times the layer's), once per pass,
-/// and a pass's GEMMs have one column per tile: with the 4 tiles of an 8x8
-/// or 7x7 map, or the one of a 4x4 map, they do about one FMA per value
-/// loaded and the layer is bound by memory. Measured on the project's Xeon
-/// (AVX-512, 2 threads, `bench_engine -- 11 layers` and single layers):
-/// Winograd took 1.1-1.9x less time than the untuned GEMM on 32x32, 28x28,
-/// 16x16 and 14x14 maps (64-256 channels), as long on 512 channels at
-/// 7x7, and 1.1-1.5x longer at 8x8 (256 channels) and 1.8-2x longer at 4x4
-/// (512). A 16x16 or 14x14 map has 16 tiles.
+impl WinogradTile {
+    /// Output pixels along a tile's side.
+    pub fn side(self) -> usize {
+        match self {
+            WinogradTile::F4x4 => 4,
+            WinogradTile::F2x2 => 2,
+        }
+    }
+
+    /// Point-wise products per tile and channel pair, (side + 2)².
+    pub fn points(self) -> usize {
+        (self.side() + 2).pow(2)
+    }
+
+    /// Output tiles on an `out_hw` map, partial tiles at the edges counting
+    /// whole.
+    pub fn tiles(self, out_hw: [usize; 2]) -> usize {
+        out_hw[0].div_ceil(self.side()) * out_hw[1].div_ceil(self.side())
+    }
+
+    /// The multiplications the layer does: its products, one per point,
+    /// output tile and pair of input and output channels (a 2x2 map is one
+    /// F(4x4) tile, 36 against the direct sum's 36).
+    pub fn macs(self, in_channels: usize, out_channels: usize, out_hw: [usize; 2]) -> f64 {
+        (self.tiles(out_hw) * self.points() * in_channels * out_channels) as f64
+    }
+
+    /// The tile a Winograd configuration computes an `out_hw` map with:
+    /// F(4x4, 3x3) with [`WINOGRAD_MIN_TILES`] tiles or more, else F(2x2,
+    /// 3x3) with as many of its tiles, else none (the GEMM).
+    pub fn for_map(out_hw: [usize; 2]) -> Option<WinogradTile> {
+        [WinogradTile::F4x4, WinogradTile::F2x2]
+            .into_iter()
+            .find(|t| t.tiles(out_hw) >= WINOGRAD_MIN_TILES)
+    }
+}
+
+/// Output tiles below which a Winograd configuration of the engine does
+/// not compute a 3x3 stride-1 layer with a tile size. The products read the
+/// transformed weights (points x out x in values: 4x the layer's for
+/// F(4x4), 16/9 for F(2x2)) once per pass, and a pass's GEMMs have one
+/// column per tile: with the 4 F(4x4) tiles of an 8x8 or 7x7 map, or the
+/// one of a 4x4 map, they do about one FMA per value loaded and the layer
+/// is bound by memory. Measured on the project's Xeon (AVX-512, 2
+/// threads, `bench_engine -- 11 layers` and single layers): F(4x4) took
+/// 1.1-1.9x less time than the untuned GEMM on 32x32, 28x28, 16x16 and
+/// 14x14 maps (64-256 channels), as long on 512 channels at 7x7, and
+/// 1.1-1.5x longer at 8x8 (256 channels) and 1.8-2x longer at 4x4 (512). A
+/// 16x16 or 14x14 map has 16 F(4x4) tiles, an 8x8 or 7x7 map 16 F(2x2)
+/// ones.
 pub const WINOGRAD_MIN_TILES: usize = 16;
 
 /// Input channels below which a Winograd configuration runs a 3x3
@@ -145,32 +192,24 @@ pub const WINOGRAD_MIN_TILES: usize = 16;
 /// calibration's Winograd grid draws.
 pub const WINOGRAD_MIN_CHANNELS: usize = 8;
 
-/// Whether a Winograd configuration runs a convolution as Winograd F(4x4,
-/// 3x3), given its kernel, stride, groups, input channels and output
-/// size: 3x3, stride 1, one group, at least [`WINOGRAD_MIN_CHANNELS`]
-/// input channels and at least [`WINOGRAD_MIN_TILES`] output tiles. Every other
-/// layer of such a configuration runs the kernel the gemm would. The
-/// engine and the device model both decide with this.
-pub fn runs_winograd(
+/// The tile a Winograd configuration computes a convolution with, given
+/// its kernel, stride, groups, input channels and output size: a 3x3,
+/// stride-1, one-group layer of at least [`WINOGRAD_MIN_CHANNELS`] input
+/// channels whose map has tiles enough ([`WinogradTile::for_map`]). Every
+/// other layer of such a configuration (`None`) runs the kernel the gemm
+/// would. The engine and the device model both decide with this.
+pub fn winograd_tile(
     kernel: usize,
     stride: usize,
     groups: usize,
     in_channels: usize,
     out_hw: [usize; 2],
-) -> bool {
-    kernel == 3
-        && stride == 1
-        && groups == 1
-        && in_channels >= WINOGRAD_MIN_CHANNELS
-        && winograd_tiles(out_hw) >= WINOGRAD_MIN_TILES
-}
-
-/// The multiplications Winograd F(4x4, 3x3) does on a 3x3 layer: 36 per
-/// output tile and pair of input and output channels, against the direct
-/// sum's 144 (4x fewer on maps of whole tiles, fewer on others: a 2x2 map
-/// is one tile, 36 against 36).
-pub fn winograd_macs(in_channels: usize, out_channels: usize, out_hw: [usize; 2]) -> f64 {
-    (winograd_tiles(out_hw) * 36 * in_channels * out_channels) as f64
+) -> Option<WinogradTile> {
+    let computes = kernel == 3 && stride == 1 && groups == 1;
+    if !computes || in_channels < WINOGRAD_MIN_CHANNELS {
+        return None;
+    }
+    WinogradTile::for_map(out_hw)
 }
 
 /// One arithmetic peak: an instruction set's kernel on a number of threads.

@@ -30,14 +30,12 @@ use crate::efficiency::{Cost, Features, Layer, class_of, peak_macs};
 use crate::spec::{DeviceKind, DeviceSpec};
 use crate::workload::{Kernel, KernelKind, Workload};
 use crate::{Device, Unsupported};
-use dlas_core::calibration::{
-    KernelFamily, Precision, runs_winograd, winograd_macs, winograd_tiles,
-};
+use dlas_core::calibration::{KernelFamily, Precision, WinogradTile, winograd_tile};
 use dlas_core::{Algorithm, Combination, Compression};
 use rand_distr::{Distribution, LogNormal};
 
 /// Bumped whenever the model's equations change; recorded in every result row.
-pub const MODEL_VERSION: u32 = 3;
+pub const MODEL_VERSION: u32 = 4;
 
 /// A device whose time comes from [`DeviceSpec`] through the model above.
 #[derive(Debug, Clone)]
@@ -123,15 +121,15 @@ impl MockDevice {
         let sparse = c.format.is_sparse();
         let winograd = winograd_layer(c, w, k);
         let macs = match winograd {
-            Some(conv) => winograd_macs(conv.in_channels, conv.out_channels, k.out_hw) * batch,
+            Some((conv, tile)) => tile.macs(conv.in_channels, conv.out_channels, k.out_hw) * batch,
             None => k.macs * batch * if sparse { k.density } else { 1.0 },
         };
         let weight_bytes = if sparse {
             // CSR: a value and a 4-byte column index per non-zero, a 4-byte pointer per row.
             k.weight_elems * k.density * (value_bytes + 4.0) + 4.0 * (out_channels + 1) as f64
-        } else if winograd.is_some() {
-            // The transformed weights: 36 values for every 9.
-            4.0 * k.weight_elems * value_bytes
+        } else if let Some((_, tile)) = winograd {
+            // The transformed weights: a value per point for every 9.
+            tile.points() as f64 / 9.0 * k.weight_elems * value_bytes
         } else {
             k.weight_elems * value_bytes
         };
@@ -141,13 +139,13 @@ impl MockDevice {
             // A calibrated Winograd curve has the transforms in its times;
             // the GEMM curve that stands in for it until then does not.
             let transforms = match winograd {
-                Some(conv) if !calibrated => transform_bytes(conv, k, batch, value_bytes) / dram,
+                Some(layer) if !calibrated => transform_bytes(layer, k, batch, value_bytes) / dram,
                 _ => 0.0,
             };
             return Ok(cost.compute_s.max(memory) + cost.extra_s + transforms + launch);
         }
         let (extra_bytes, extra_launches) =
-            self.algorithm_traffic(c, k, batch, value_bytes, winograd.is_some());
+            self.algorithm_traffic(c, k, batch, value_bytes, winograd.map(|(_, tile)| tile));
         let bytes = io_bytes + weight_bytes + extra_bytes;
         let rate = self.gpu_mac_rate(c, k, w.batch) * dtype_rate(s, w.compression);
         let memory = if c.tuned {
@@ -167,7 +165,7 @@ impl MockDevice {
     /// costs; and whether the class was calibrated itself. A Winograd
     /// layer's MACs are its point-wise products, which until the
     /// calibration times a Winograd class take the GEMM curve at their
-    /// shape (36 GEMMs of output channels x input channels x tiles, run by
+    /// shape (a GEMM per point of output channels x input channels x tiles, run by
     /// the GEMM's microkernels); the layers Winograd does not compute run
     /// the gemm's kernels.
     fn cpu_cost(
@@ -219,9 +217,9 @@ impl MockDevice {
             features,
         );
         let calibrated = efficiency.has(class);
-        if let (Some(conv), false) = (winograd_layer(c, w, k), calibrated) {
+        if let (Some((conv, tile)), false) = (winograd_layer(c, w, k), calibrated) {
             class.family = KernelFamily::Gemm;
-            features.out_pixels = winograd_tiles(k.out_hw) as f64 * batch;
+            features.out_pixels = tile.tiles(k.out_hw) as f64 * batch;
             features.in_channels_per_group = conv.in_channels as f64;
             features.kernel_area = 1.0;
         }
@@ -245,7 +243,7 @@ impl MockDevice {
     }
 
     /// Bytes an algorithm moves beyond compulsory traffic, and extra kernels
-    /// it launches (`winograd`: the layer runs as Winograd, see
+    /// it launches (`winograd`: the tile the layer runs as Winograd with, see
     /// [`winograd_layer`]; under winograd the other layers run as gemm).
     fn algorithm_traffic(
         &self,
@@ -253,7 +251,7 @@ impl MockDevice {
         k: &Kernel,
         batch: f64,
         vb: f64,
-        winograd: bool,
+        winograd: Option<WinogradTile>,
     ) -> (f64, f64) {
         let KernelKind::Conv(conv) = &k.kind else {
             return (0.0, 0.0);
@@ -262,13 +260,13 @@ impl MockDevice {
         let [oh, ow] = k.out_hw;
         let input_bytes = k.input_elems * batch * vb;
         let cores = self.spec.cores as f64;
-        match c.algorithm {
-            Algorithm::Winograd if winograd => {
+        match (c.algorithm, winograd) {
+            (Algorithm::Winograd, Some(tile)) => {
                 // Three kernels (input transform, products, output
                 // transform) instead of one.
-                (transform_bytes(conv, k, batch, vb), 2.0)
+                (transform_bytes((conv, tile), k, batch, vb), 2.0)
             }
-            Algorithm::Gemm | Algorithm::Winograd => {
+            (Algorithm::Gemm | Algorithm::Winograd, _) => {
                 // im2col writes a (k*k*ic) x (oh*ow) matrix and the GEMM reads it back.
                 let cols =
                     (conv.kernel * conv.kernel * conv.in_channels * oh * ow) as f64 * batch * vb;
@@ -280,8 +278,8 @@ impl MockDevice {
                 (2.0 * cols + rereads, 1.0)
             }
             // Packing writes the input once into tiles that are then loaded once.
-            Algorithm::SpatialPack => (2.0 * input_bytes, 1.0),
-            Algorithm::Direct => {
+            (Algorithm::SpatialPack, _) => (2.0 * input_bytes, 1.0),
+            (Algorithm::Direct, _) => {
                 let rereads = if !c.tuned && input_bytes > llc / 2.0 {
                     input_bytes * (conv.out_channels as f64 / cores - 1.0).max(0.0)
                 } else {
@@ -289,7 +287,7 @@ impl MockDevice {
                 };
                 (rereads, 0.0)
             }
-            Algorithm::Auto => (0.0, 0.0),
+            (Algorithm::Auto, _) => (0.0, 0.0),
         }
     }
 
@@ -309,37 +307,46 @@ impl MockDevice {
     }
 }
 
-/// The convolution of kernel `k` if the engine runs it as Winograd under
-/// `c`: the winograd algorithm, dense fp32 weights, and a layer
-/// [`runs_winograd`] accepts (3x3, stride 1, one group, 8 or more input
-/// channels, 16 or more output tiles; the engine runs every other layer as
-/// the gemm would).
-fn winograd_layer<'a>(c: &Combination, w: &Workload, k: &'a Kernel) -> Option<&'a dlas_zoo::Conv> {
+/// The convolution of kernel `k` and its tile if the engine runs it as
+/// Winograd under `c`: the winograd algorithm, dense fp32 weights, and a
+/// layer [`winograd_tile`] gives a tile (3x3, stride 1, one group, 8 or
+/// more input channels, 16 or more output tiles; the engine runs every
+/// other layer as the gemm would).
+fn winograd_layer<'a>(
+    c: &Combination,
+    w: &Workload,
+    k: &'a Kernel,
+) -> Option<(&'a dlas_zoo::Conv, WinogradTile)> {
     match &k.kind {
         KernelKind::Conv(conv)
             if c.algorithm == Algorithm::Winograd
                 && !c.format.is_sparse()
-                && precision_of(w.compression) == Precision::F32
-                && runs_winograd(
-                    conv.kernel,
-                    conv.stride,
-                    conv.groups,
-                    conv.in_channels,
-                    k.out_hw,
-                ) =>
+                && precision_of(w.compression) == Precision::F32 =>
         {
-            Some(conv)
+            let tile = winograd_tile(
+                conv.kernel,
+                conv.stride,
+                conv.groups,
+                conv.in_channels,
+                k.out_hw,
+            )?;
+            Some((conv, tile))
         }
         _ => None,
     }
 }
 
-/// Bytes Winograd's transforms add to a layer: the transformed input (36
-/// values per tile and input channel) and the products (36 per tile and
-/// output channel), each written once and read back once.
-fn transform_bytes(conv: &dlas_zoo::Conv, k: &Kernel, batch: f64, value_bytes: f64) -> f64 {
-    let values = 36.0 * (conv.in_channels + conv.out_channels) as f64;
-    2.0 * values * winograd_tiles(k.out_hw) as f64 * batch * value_bytes
+/// Bytes Winograd's transforms add to a layer: the transformed input (a
+/// value per point, tile and input channel) and the products (per point,
+/// tile and output channel), each written once and read back once.
+fn transform_bytes(
+    (conv, tile): (&dlas_zoo::Conv, WinogradTile),
+    k: &Kernel,
+    batch: f64,
+    value_bytes: f64,
+) -> f64 {
+    let values = (tile.points() * (conv.in_channels + conv.out_channels)) as f64;
+    2.0 * values * tile.tiles(k.out_hw) as f64 * batch * value_bytes
 }
 
 /// The precision the engine computes a compression in.

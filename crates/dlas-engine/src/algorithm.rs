@@ -16,8 +16,8 @@ pub enum KernelAlgorithm {
     Direct,
     Gemm,
     SpatialPack,
-    /// Winograd F(4x4, 3x3); layers it cannot run fall back (see
-    /// `LayerKey::of`).
+    /// Winograd F(4x4, 3x3), or F(2x2, 3x3) on 7x7 and 8x8 maps; layers it
+    /// cannot run fall back (see `LayerKey::of`).
     Winograd,
 }
 

@@ -12,7 +12,7 @@ use crate::isa::Isa;
 use crate::lowering::LayerKey;
 use crate::schedule::Schedule;
 use crate::spatial_pack::SpatialPackConv;
-use crate::winograd::WinogradConv;
+use crate::winograd::{self, WinogradConv};
 use crate::workload::Workload;
 use dlas_core::{Format, Layout};
 use dlas_zoo::quant::ActivationQuant;
@@ -91,7 +91,8 @@ impl Conv2d {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, key.blocks, half))
             }
             (KernelAlgorithm::Winograd, Schedule::Winograd(s)) => {
-                Kernel::Winograd(WinogradConv::new(w, s, weights, nhwc, Isa::detect()))
+                let (tile, isa) = (winograd::tile_of(&w), Isa::detect());
+                Kernel::Winograd(WinogradConv::new(w, s, tile, weights, nhwc, isa))
             }
             (algorithm, s) => {
                 return Err(ConfigError::ScheduleMismatch {

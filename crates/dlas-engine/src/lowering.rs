@@ -58,8 +58,8 @@ impl LayerKey {
     /// algorithm (see `Int8Conv`).
     ///
     /// Winograd computes 3x3 stride-1 ungrouped layers of 16 or more output
-    /// tiles (below that the layer is bound by reading its transformed
-    /// weights: `dlas_core::calibration::runs_winograd`) with dense fp32
+    /// tiles of 4x4 or 2x2 pixels (below that the layer is bound by reading
+    /// its transformed weights: `dlas_core::calibration::winograd_tile`) with dense fp32
     /// weights in either layout; every other layer of a Winograd
     /// configuration runs the kernel it would run under gemm (sparse
     /// weights the sparse GEMM, int8 the int8 GEMM, fp16 the fp16 GEMM

@@ -121,14 +121,16 @@ impl Default for SpatialPackSchedule {
     }
 }
 
-/// Winograd F(4x4, 3x3): per pass, `tile_block` output tiles of 4x4 pixels
-/// are transformed, multiplied point by point as 36 GEMMs (output channels
-/// x input channels times input channels x tiles, or transposed) on the GEMM's `mr` x
-/// `nr` microkernels with reduction blocks of `kc` input channels, and
-/// transformed back. `tile_block` trades the size of the transformed input
-/// and products (36 x channels x tiles each, which should stay in cache)
-/// against the width of the GEMMs (a block narrower than `nr` leaves the
-/// microkernel's vectors partly empty).
+/// Winograd F(4x4, 3x3) or F(2x2, 3x3) (the layer's map decides: see
+/// `dlas_core::calibration::winograd_tile`): per pass, `tile_block` output
+/// tiles of 4x4 (2x2) pixels are transformed, multiplied point by point as
+/// 36 (16) GEMMs (output channels x input channels times input channels x
+/// tiles, or transposed) on the GEMM's `mr` x `nr` microkernels with
+/// reduction blocks of `kc` input channels, and transformed back.
+/// `tile_block` trades the size of the transformed input and products
+/// (points x channels x tiles each, which should stay in cache) against the
+/// width of the GEMMs (a block narrower than `nr` leaves the microkernel's
+/// vectors partly empty).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WinogradSchedule {
     pub mr: usize,
@@ -261,9 +263,7 @@ impl Schedule {
             }
             Schedule::Winograd(s) => {
                 if !crate::winograd::computes(w) {
-                    return reject(
-                        "Winograd F(4x4, 3x3) runs 3x3 stride-1 ungrouped convolutions only".into(),
-                    );
+                    return reject("Winograd runs 3x3 stride-1 ungrouped convolutions only".into());
                 }
                 if !GEMM_TILES.contains(&(s.mr, s.nr)) {
                     return reject(format!(

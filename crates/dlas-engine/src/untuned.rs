@@ -53,12 +53,13 @@ const WINOGRAD_PASS_BYTES: usize = 1 << 20;
 /// chose on 16x16 and 14x14 maps when it weighed both, the output
 /// transform gathers each point from a row of channels, and ResNet-18
 /// CIFAR-10 ran 6.5% slower (5 of 5 alternations), ResNet-50 3.8% (3 of
-/// 3). And as many tiles a
-/// pass as keep the pass's 36 x (in + out channels) values a tile within
-/// [`WINOGRAD_PASS_BYTES`], rounded to whole `nr` panels and at least one.
+/// 3). And as many tiles a pass as keep the pass's points x (in + out
+/// channels) values a tile within [`WINOGRAD_PASS_BYTES`], rounded to
+/// whole `nr` panels and at least one.
 pub(crate) fn default_winograd(w: &Workload, threads: usize) -> WinogradSchedule {
-    let tiles = w.out_h.div_ceil(4) * w.out_w.div_ceil(4);
-    let per_tile = 36 * (w.in_channels + w.out_channels) * 4;
+    let tile = crate::winograd::tile_of(w);
+    let tiles = tile.tiles([w.out_h, w.out_w]);
+    let per_tile = tile.points() * (w.in_channels + w.out_channels) * 4;
     let products = Workload::new(w.in_channels, w.out_channels, 1, 1, 0, 1, 1, tiles);
     let g = default_gemm(&products, threads, false);
     let fit = (WINOGRAD_PASS_BYTES / per_tile) / g.nr * g.nr;

@@ -1,73 +1,80 @@
-//! Winograd F(4x4, 3x3) convolution for 3x3 stride-1 ungrouped layers.
+//! Winograd F(4x4, 3x3) and F(2x2, 3x3) convolution for 3x3 stride-1
+//! ungrouped layers.
 //!
-//! Each 4x4 tile of output is computed from a 6x6 tile of input d as
-//! Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A: 36 multiplications per tile and channel
-//! pair instead of 144, at the price of three transforms. Summed over input
-//! channels, the 36 point-wise products are 36 independent matrix products
-//! M[ξ] = U[ξ] V[ξ] (output channels x input channels times input channels
-//! x tiles), which run on the GEMM driver and its microkernels (`gemm`),
-//! vectorised along tiles or, transposed (Mᵀ = Vᵀ Uᵀ), along output
-//! channels, as the schedule says: a small map has fewer tiles than a
-//! vector has lanes (one tile at 4x4).
+//! Each MxM tile of output (M = 4 or 2) is computed from a TxT tile of
+//! input d (T = M + 2) as Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A: T² multiplications
+//! per tile and channel pair instead of 9M² (36 against 144, 16 against
+//! 36), at the price of three transforms (`transforms`). Summed over
+//! input channels, the T² point-wise products are T² independent matrix
+//! products M[ξ] = U[ξ] V[ξ] (output channels x input channels times input
+//! channels x tiles), which run on the GEMM driver and its microkernels
+//! (`gemm`), vectorised along tiles or, transposed (Mᵀ = Vᵀ Uᵀ), along
+//! output channels, as the schedule says.
+//!
+//! The tile is the layer's map's (`dlas_core::calibration::winograd_tile`,
+//! which the device model and the calibration share): F(4x4) on maps of
+//! 16 or more of its tiles (14x14 and up), F(2x2) on smaller maps of 16 or
+//! more of its own (7x7 and 8x8). On an 8x8 map, F(4x4)'s 4 tiles leave
+//! its GEMMs one FMA per weight loaded, and its transformed weights are 4x
+//! the layer's; F(2x2) has 16 tiles, a vector's worth, and 16/9 the
+//! weights. Maps smaller still run the GEMM, as do layers of fewer than 8
+//! input channels (a CIFAR-10 stem).
 //!
 //! The weight transform U = G g Gᵀ is done once, at load, in f64 and
 //! packed into the GEMM's `mr` panels. There is no fp16 Winograd: stored
 //! as f16, U's rounding is amplified by the output transform's
 //! cancellations to a relative error of about 2e-3 (measured on small
-//! layers), so fp16 layers run the fp16 GEMM (see `LayerKey::of`).
+//! F(4x4) layers), so fp16 layers run the fp16 GEMM (see `LayerKey::of`).
 //!
 //! A run processes the tiles `tile_block` at a time: the input transform
-//! in parallel over input channels, the 36 GEMMs in parallel, then the
+//! in parallel over input channels, the T² GEMMs in parallel, then the
 //! output transform with the [`Epilogue`] in parallel over output
-//! channels. The transformed input and the products live in buffers the
-//! calling thread keeps across runs. Both transforms work on 16
-//! consecutive tiles at once, one per vector lane: on AVX-512 with
-//! intrinsics on registers (`avx512`: a 64-channel layer on 32x32 spent
-//! 110 and 57 µs in the input and output transforms written on arrays of
-//! f32, 45 and 29 so), elsewhere the array code compiled for AVX2:
+//! channels. The GEMMs' microkernels prefetch U when the layer's U is 1
+//! MiB or more (the GEMM's own rule, applied to all points' U together:
+//! each point's alone is smaller, and a run streams them all from L3).
+//! The transformed input and the products live in buffers the calling
+//! thread keeps across runs. Both transforms work on 16 consecutive tiles
+//! at once, one per vector lane: on AVX-512 with intrinsics on registers
+//! (`avx512`: a 64-channel layer on 32x32 spent 110 and 57 µs in the input
+//! and output transforms written on arrays of f32, 45 and 29 so), elsewhere
+//! the array code compiled for AVX2:
 //!
 //! - input: one channel's rows are copied once into a zero-padded plane,
-//!   each of a tile's 36 points is gathered for the 16 tiles (`vgatherdps`
+//!   each of a tile's T² points is gathered for the 16 tiles (`vgatherdps`
 //!   on AVX-512), Bᵀ d B is applied separably, and V is written straight
 //!   into the GEMM's packed panels (masked stores where a vector spans two
 //!   panels), so the products pack nothing;
 //! - output: each point of M is one vector load (M's rows are padded to
-//!   whole vectors), Aᵀ m A is applied separably, the 16 tiles' 4x4 values
+//!   whole vectors), Aᵀ m A is applied separably, the 16 tiles' MxM values
 //!   are scattered into a staging row of tiles (`vscatterdps`), and the
 //!   epilogue runs over whole output rows.
 //!
-//! A layer runs as Winograd only with 16 or more output tiles (a 14x14
-//! map and up: `dlas_core::calibration::runs_winograd`, which the device
-//! model and the calibration share): on fewer, the products stream 4x the
-//! layer's weights for one to four tiles, and the GEMM is faster; nor
-//! with fewer than 8 input channels (a CIFAR-10 stem).
-//!
-//! The points are 0, ±1, ±2 and ∞ (Lavin and Gray's choice). The transforms
-//! grow values (Bᵀ's entries reach 5, Aᵀ's 8) and the output transform's
-//! sums cancel, so f32 results carry more rounding error than a direct
-//! convolution's: the tests hold the kernel to a relative L2 error of 1e-4
-//! against the f64 reference on unit-scale inputs (direct and GEMM are held
-//! to 1e-5); the largest error observed is 2.7e-6, on a 512-channel 4x4
-//! layer, and under 3e-6 over a thousand random layers.
+//! The transforms grow values (F(4x4)'s Bᵀ entries reach 5, its Aᵀ's 8)
+//! and the output transform's sums cancel, so f32 results carry more
+//! rounding error than a direct convolution's: the tests hold the kernel
+//! to a relative L2 error of 1e-4 against the f64 reference on unit-scale
+//! inputs (direct and GEMM are held to 1e-5); the largest error observed
+//! on network-sized layers is 3.7e-6 for F(4x4) (a 512-channel 4x4 layer)
+//! and 5.8e-7 for F(2x2), whose transforms only add.
 
 use crate::aligned::AlignedVec;
 use crate::epilogue::{Epilogue, SyncPtr};
-use crate::gemm::{BSource, Finishing, Panels, PanelsRef, gemm, pack_panels, with_kept_buffer};
+use crate::gemm::{
+    BSource, Finishing, PREFETCH_A_FROM, Panels, PanelsRef, gemm_streaming, pack_panels,
+    with_kept_buffer,
+};
 use crate::isa::Isa;
 use crate::schedule::{GemmSchedule, ParallelLoop, VectorAxis, WinogradSchedule};
 use crate::workload::Workload;
-use dlas_core::calibration::runs_winograd;
+use dlas_core::calibration::{WinogradTile, winograd_tile};
 use std::ops::Range;
+use transforms::{F2, F4, L, Lanes, Tile, array, lanes, transform_output, transform_weights};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod transforms;
 #[cfg(target_arch = "x86_64")]
 use avx512::{input_group_avx512, output_group_avx512};
-
-/// Output tile side, input tile side, and points (GEMMs) per tile.
-const M: usize = 4;
-const T: usize = 6;
-const POINTS: usize = T * T;
 
 /// Whether the kernel can compute `w`: a 3x3 stride-1 convolution with
 /// one group.
@@ -76,99 +83,46 @@ pub(crate) fn computes(w: &Workload) -> bool {
 }
 
 /// Whether a Winograd configuration runs `w` as Winograd: a layer the
-/// kernel computes (grouped and depthwise layers have too few channels per
-/// group for the products to be GEMMs worth running) with enough output
-/// tiles (see [`runs_winograd`]).
+/// kernel computes (grouped and depthwise layers have too few channels
+/// per group for the products to be GEMMs worth running) with enough
+/// output tiles (see [`winograd_tile`]).
 pub(crate) fn fits(w: &Workload) -> bool {
-    runs_winograd(
+    winograd_tile(
         w.kernel,
         w.stride,
         w.groups,
         w.in_channels,
         [w.out_h, w.out_w],
     )
+    .is_some()
 }
 
-/// Tiles (or columns) whose transforms run side by side, one per lane of
-/// an AVX-512 register (two AVX2 ones): the transforms are written on
-/// arrays of L values for the compiler to vectorise.
-const L: usize = 16;
-type Lanes = [f32; L];
-
-#[inline(always)]
-fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
-    array(f)
+/// The tile `w` runs with as Winograd: the rule's ([`winograd_tile`]), or
+/// F(4x4, 3x3) for a layer the rule leaves to the GEMM, which runs as
+/// Winograd only when built so directly (tests, the tuner's
+/// measurements).
+pub(crate) fn tile_of(w: &Workload) -> WinogradTile {
+    WinogradTile::for_map([w.out_h, w.out_w])
+        .filter(|_| fits(w))
+        .unwrap_or(WinogradTile::F4x4)
 }
 
-/// `std::array::from_fn` as a plain loop: the transforms are compiled
-/// with AVX-512 or AVX2 enabled, and `from_fn`'s machinery, left out of
-/// line without them, spilled every vector through the stack.
-#[inline(always)]
-fn array<X: Copy + Default, const N: usize>(f: impl Fn(usize) -> X) -> [X; N] {
-    let mut out = [X::default(); N];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = f(i);
-    }
-    out
-}
-
-/// Bᵀ d for L 6-vectors d, side by side.
-#[inline(always)]
-fn input_1d(d: [Lanes; T]) -> [Lanes; T] {
-    [
-        lanes(|l| 4.0 * d[0][l] - 5.0 * d[2][l] + d[4][l]),
-        lanes(|l| -4.0 * (d[1][l] + d[2][l]) + d[3][l] + d[4][l]),
-        lanes(|l| 4.0 * (d[1][l] - d[2][l]) - d[3][l] + d[4][l]),
-        lanes(|l| 2.0 * (d[3][l] - d[1][l]) - d[2][l] + d[4][l]),
-        lanes(|l| 2.0 * (d[1][l] - d[3][l]) - d[2][l] + d[4][l]),
-        lanes(|l| 4.0 * d[1][l] - 5.0 * d[3][l] + d[5][l]),
-    ]
-}
-
-/// Aᵀ m for L 6-vectors m, side by side.
-#[inline(always)]
-fn output_1d(m: [Lanes; T]) -> [Lanes; M] {
-    let (s12, d12) = (lanes(|l| m[1][l] + m[2][l]), lanes(|l| m[1][l] - m[2][l]));
-    let (s34, d34) = (lanes(|l| m[3][l] + m[4][l]), lanes(|l| m[3][l] - m[4][l]));
-    [
-        lanes(|l| m[0][l] + s12[l] + s34[l]),
-        lanes(|l| d12[l] + 2.0 * d34[l]),
-        lanes(|l| s12[l] + 4.0 * s34[l]),
-        lanes(|l| d12[l] + 8.0 * d34[l] + m[5][l]),
-    ]
-}
-
-/// G g for one 3-vector g, in f64 (it runs once per weight, at load).
-fn weight_1d(g: [f64; 3]) -> [f64; T] {
-    [
-        g[0] / 4.0,
-        -(g[0] + g[1] + g[2]) / 6.0,
-        -(g[0] - g[1] + g[2]) / 6.0,
-        g[0] / 24.0 + g[1] / 12.0 + g[2] / 6.0,
-        g[0] / 24.0 - g[1] / 12.0 + g[2] / 6.0,
-        g[2],
-    ]
-}
-
-/// U = G g Gᵀ of a 3x3 kernel (row-major), as 36 values indexed ξ = 6i + j.
-fn transform_weights(g: &[f32]) -> [f32; POINTS] {
-    let rows: [[f64; T]; 3] =
-        std::array::from_fn(|r| weight_1d(std::array::from_fn(|c| g[3 * r + c] as f64)));
-    let mut u = [0.0; POINTS];
-    for j in 0..T {
-        let col = weight_1d(std::array::from_fn(|r| rows[r][j]));
-        for i in 0..T {
-            u[T * i + j] = col[i] as f32;
+/// U[ξ] = G g Gᵀ of each of the `pairs` (output, input) channel pairs of
+/// `weights` ((out, in, 3, 3) row-major), point after point: U[ξ] is the
+/// result's values from ξ · `pairs` on.
+fn transformed<const M: usize, const T: usize, F: Tile<M, T>>(
+    weights: &[f32],
+    pairs: usize,
+) -> Vec<f32> {
+    let mut u = vec![0.0; T * T * pairs];
+    for (pair, g) in weights.chunks_exact(9).enumerate() {
+        for (i, row) in transform_weights::<M, T, F>(g).iter().enumerate() {
+            for (j, &value) in row.iter().enumerate() {
+                u[(T * i + j) * pairs + pair] = value;
+            }
         }
     }
     u
-}
-
-/// Y = Aᵀ m A of L tiles' 36 products.
-#[inline(always)]
-fn transform_output(m: &[Lanes; POINTS]) -> [[Lanes; M]; M] {
-    let cols: [[Lanes; M]; T] = array(|j| output_1d(array(|i| m[T * i + j])));
-    array(|i| output_1d(array(|j| cols[j][i])))
 }
 
 /// A Winograd convolution with its transformed weights.
@@ -176,6 +130,7 @@ fn transform_output(m: &[Lanes; POINTS]) -> [[Lanes; M]; M] {
 pub(crate) struct WinogradConv {
     w: Workload,
     s: WinogradSchedule,
+    tile: WinogradTile,
     nhwc: bool,
     isa: Isa,
     /// U[ξ] (output channels x input channels) per point, packed for the
@@ -184,42 +139,49 @@ pub(crate) struct WinogradConv {
 }
 
 impl WinogradConv {
-    /// `weights` is (out, in, 3, 3) row-major; `nhwc` the activation
-    /// layout; `isa` must be one the CPU has, with registers for the
-    /// schedule's tile.
+    /// `weights` is (out, in, 3, 3) row-major; `tile` the output tile;
+    /// `nhwc` the activation layout; `isa` must be one the CPU has, with
+    /// registers for the schedule's register tile.
     pub fn new(
         w: Workload,
         s: WinogradSchedule,
+        tile: WinogradTile,
         weights: &[f32],
         nhwc: bool,
         isa: Isa,
     ) -> WinogradConv {
         debug_assert!(computes(&w), "{w}: not a Winograd layer");
         let (k, c) = (w.out_channels, w.in_channels);
-        let mut u = vec![0.0; POINTS * k * c];
-        for (oc_ic, g) in weights.chunks_exact(9).enumerate() {
-            for (xi, v) in transform_weights(g).into_iter().enumerate() {
-                u[xi * k * c + oc_ic] = v;
-            }
-        }
+        let u = match tile {
+            WinogradTile::F4x4 => transformed::<4, 6, F4>(weights, k * c),
+            WinogradTile::F2x2 => transformed::<2, 4, F2>(weights, k * c),
+        };
         // A's `mr` panels (rows: output channels) when tiles are
         // vectorised, else B's `nr` panels (columns: output channels).
         let width = match s.vectors {
             VectorAxis::Spatial => s.mr,
             VectorAxis::OutputChannels => s.nr,
         };
-        let u = (0..POINTS)
+        let u = (0..tile.points())
             .map(|xi| {
                 let ux = &u[xi * k * c..(xi + 1) * k * c];
                 Panels::new(pack_panels(k, c, width, |o, ic| ux[o * c + ic]), false)
             })
             .collect();
-        WinogradConv { w, s, nhwc, isa, u }
+        WinogradConv {
+            w,
+            s,
+            tile,
+            nhwc,
+            isa,
+            u,
+        }
     }
 
     /// Tiles down and across the output.
     fn tiles(&self) -> (usize, usize) {
-        (self.w.out_h.div_ceil(M), self.w.out_w.div_ceil(M))
+        let m = self.tile.side();
+        (self.w.out_h.div_ceil(m), self.w.out_w.div_ceil(m))
     }
 
     /// Whether the products vectorise output channels (C = Vᵀ Uᵀ, tiles x
@@ -299,9 +261,10 @@ impl WinogradConv {
         let out = SyncPtr::new(out);
         with_kept_buffer(|v| {
             with_kept_buffer(|m| {
-                v.resize(POINTS * self.v_point(block));
+                let points = self.tile.points();
+                v.resize(points * self.v_point(block));
                 // M's rows may be read a vector past their end.
-                m.resize(POINTS * self.m_point(block) + L);
+                m.resize(points * self.m_point(block) + L);
                 for t0 in (0..tiles).step_by(block) {
                     let part = t0..tiles.min(t0 + block);
                     let n = part.len();
@@ -313,7 +276,10 @@ impl WinogradConv {
                     });
                     let (mp, vs, gs) = (SyncPtr::new(m), &v[..], gs(n));
                     let (stride, ld) = (self.v_point(n), self.m_ld(n));
-                    crate::awake::for_each(POINTS, |xi| {
+                    // The points' A operands stream together.
+                    let rows = if self.by_channels() { n } else { k };
+                    let prefetch = points * rows * c >= PREFETCH_A_FROM;
+                    crate::awake::for_each(points, |xi| {
                         let vx = PanelsRef::F32(&vs[xi * stride..(xi + 1) * stride]);
                         let (shape, a, b) = if self.by_channels() {
                             ((n, k, c), vx, BSource::Panels(self.u[xi].view()))
@@ -322,7 +288,8 @@ impl WinogradConv {
                         };
                         let c = mp.offset(xi * self.m_point(n));
                         let finishing = Finishing::Blocks(&|_, _| {});
-                        gemm(&gs, self.isa, false, shape, a, b, c, ld, finishing)
+                        let isa = self.isa;
+                        gemm_streaming(prefetch, &gs, isa, false, shape, a, b, c, ld, finishing)
                     });
                     let ms: &[f32] = m;
                     crate::awake::for_each(k, |oc| {
@@ -346,55 +313,59 @@ impl WinogradConv {
         v: SyncPtr,
         plane: &mut AlignedVec,
     ) {
+        let args = (input, ic, part, v);
+        match self.tile {
+            WinogradTile::F4x4 => self.input_tiles_of::<4, 6, F4>(args, plane),
+            WinogradTile::F2x2 => self.input_tiles_of::<2, 4, F2>(args, plane),
+        }
+    }
+
+    /// [`WinogradConv::input_tiles`] with F(M x M, 3x3).
+    fn input_tiles_of<const M: usize, const T: usize, F: Tile<M, T>>(
+        &self,
+        args: InputArgs<'_>,
+        plane: &mut AlignedVec,
+    ) {
         #[cfg(target_arch = "x86_64")]
         match self.isa {
             // SAFETY: the layer's isa is one this CPU has (`new`).
-            Isa::Avx512 => return unsafe { self.input_tiles_avx512(input, ic, part, v, plane) },
-            Isa::Avx2 => return unsafe { self.input_tiles_avx2(input, ic, part, v, plane) },
+            Isa::Avx512 => return unsafe { self.input_tiles_avx512::<M, T, F>(args, plane) },
+            Isa::Avx2 => return unsafe { self.input_tiles_avx2::<M, T, F>(args, plane) },
             Isa::Portable => {}
         }
-        self.input_tiles_any::<false>(input, ic, part, v, plane)
+        self.input_tiles_any::<false, M, T, F>(args, plane)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    fn input_tiles_avx512(
+    fn input_tiles_avx512<const M: usize, const T: usize, F: Tile<M, T>>(
         &self,
-        x: &[f32],
-        ic: usize,
-        p: Range<usize>,
-        v: SyncPtr,
-        b: &mut AlignedVec,
+        args: InputArgs<'_>,
+        plane: &mut AlignedVec,
     ) {
-        self.input_tiles_any::<true>(x, ic, p, v, b)
+        self.input_tiles_any::<true, M, T, F>(args, plane)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    fn input_tiles_avx2(
+    fn input_tiles_avx2<const M: usize, const T: usize, F: Tile<M, T>>(
         &self,
-        x: &[f32],
-        ic: usize,
-        p: Range<usize>,
-        v: SyncPtr,
-        b: &mut AlignedVec,
+        args: InputArgs<'_>,
+        plane: &mut AlignedVec,
     ) {
-        self.input_tiles_any::<false>(x, ic, p, v, b)
+        self.input_tiles_any::<false, M, T, F>(args, plane)
     }
 
     /// The input transform of L tiles at a time, consecutive in the pass
     /// (across rows of tiles on a small map), one per lane: the input rows
-    /// under the pass are copied zero-padded into `plane`, each tile's 6x6
-    /// values gathered from it (`input_group_avx512` when `WIDE`), transformed
-    /// along rows then columns, and each point's L values stored into V's
-    /// panel with one vector store.
+    /// under the pass are copied zero-padded into `plane`, each tile's T x
+    /// T values gathered from it (`input_group_avx512` when `WIDE`),
+    /// transformed along rows then columns, and each point's L values
+    /// stored into V's panel with one vector store.
     #[inline(always)]
-    fn input_tiles_any<const WIDE: bool>(
+    fn input_tiles_any<const WIDE: bool, const M: usize, const T: usize, F: Tile<M, T>>(
         &self,
-        input: &[f32],
-        ic: usize,
-        part: Range<usize>,
-        v: SyncPtr,
+        (input, ic, part, v): InputArgs<'_>,
         plane: &mut AlignedVec,
     ) {
         let w = &self.w;
@@ -424,7 +395,7 @@ impl WinogradConv {
         for j0 in (0..n).step_by(L) {
             let count = L.min(n - j0);
             // Lanes past the pass repeat its last tile.
-            let corner = corners(part.start + j0, count, (tw, ty0), wp);
+            let corner = corners(part.start + j0, count, (tw, ty0), wp, M);
             #[cfg(target_arch = "x86_64")]
             if WIDE {
                 // Corners grow with the lane: the last one's tile is the
@@ -432,7 +403,7 @@ impl WinogradConv {
                 assert!(corner[L - 1] as usize + (T - 1) * (wp + 1) < plane.len());
                 // SAFETY: every tile's 6x6 values lie inside the plane
                 // (checked above); WIDE code runs only on AVX-512 CPUs.
-                let columns = unsafe { input_group_avx512(plane, wp, &corner) };
+                let columns = unsafe { input_group_avx512::<M, T, F>(plane, wp, &corner) };
                 for (b, column) in columns.iter().enumerate() {
                     for (a, &values) in column.iter().enumerate() {
                         self.store_v_avx512(v, (T * a + b) * stride, (ic, j0), values, count);
@@ -441,8 +412,8 @@ impl WinogradConv {
                 continue;
             }
             let rows: [[Lanes; T]; T] =
-                array(|i| input_1d(array(|j| gather(plane, i * wp + j, &corner))));
-            let columns: [[Lanes; T]; T] = array(|b| input_1d(array(|i| rows[i][b])));
+                array(|i| F::input_1d(array(|j| gather(plane, i * wp + j, &corner))));
+            let columns: [[Lanes; T]; T] = array(|b| F::input_1d(array(|i| rows[i][b])));
             for (b, column) in columns.iter().enumerate() {
                 for (a, values) in column.iter().enumerate() {
                     self.store_v(v, (T * a + b) * stride, (ic, j0), values, count);
@@ -531,26 +502,46 @@ impl WinogradConv {
         staged: &mut AlignedVec,
     ) {
         let args = (m, oc, part, out, epi, residual);
+        match self.tile {
+            WinogradTile::F4x4 => self.output_tiles_of::<4, 6, F4>(args, staged),
+            WinogradTile::F2x2 => self.output_tiles_of::<2, 4, F2>(args, staged),
+        }
+    }
+
+    /// [`WinogradConv::output_tiles`] with F(M x M, 3x3).
+    fn output_tiles_of<const M: usize, const T: usize, F: Tile<M, T>>(
+        &self,
+        args: OutputArgs<'_>,
+        staged: &mut AlignedVec,
+    ) {
         #[cfg(target_arch = "x86_64")]
         match self.isa {
             // SAFETY: the layer's isa is one this CPU has (`new`).
-            Isa::Avx512 => return unsafe { self.output_tiles_avx512(args, staged) },
-            Isa::Avx2 => return unsafe { self.output_tiles_avx2(args, staged) },
+            Isa::Avx512 => return unsafe { self.output_tiles_avx512::<M, T, F>(args, staged) },
+            Isa::Avx2 => return unsafe { self.output_tiles_avx2::<M, T, F>(args, staged) },
             Isa::Portable => {}
         }
-        self.output_tiles_any::<false>(args, staged)
+        self.output_tiles_any::<false, M, T, F>(args, staged)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    fn output_tiles_avx512(&self, args: OutputArgs<'_>, staged: &mut AlignedVec) {
-        self.output_tiles_any::<true>(args, staged)
+    fn output_tiles_avx512<const M: usize, const T: usize, F: Tile<M, T>>(
+        &self,
+        args: OutputArgs<'_>,
+        staged: &mut AlignedVec,
+    ) {
+        self.output_tiles_any::<true, M, T, F>(args, staged)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    fn output_tiles_avx2(&self, args: OutputArgs<'_>, staged: &mut AlignedVec) {
-        self.output_tiles_any::<false>(args, staged)
+    fn output_tiles_avx2<const M: usize, const T: usize, F: Tile<M, T>>(
+        &self,
+        args: OutputArgs<'_>,
+        staged: &mut AlignedVec,
+    ) {
+        self.output_tiles_any::<false, M, T, F>(args, staged)
     }
 
     /// The output transform of L consecutive tiles at a time
@@ -560,7 +551,7 @@ impl WinogradConv {
     /// rows of tiles of channel `oc`), then each output row copied out
     /// through the epilogue.
     #[inline(always)]
-    fn output_tiles_any<const WIDE: bool>(
+    fn output_tiles_any<const WIDE: bool, const M: usize, const T: usize, F: Tile<M, T>>(
         &self,
         (m, oc, part, out, epi, residual): OutputArgs<'_>,
         staged: &mut AlignedVec,
@@ -577,7 +568,7 @@ impl WinogradConv {
             let last = |l: usize| j0 + l.min(count - 1);
             #[cfg(target_arch = "x86_64")]
             if WIDE {
-                let corner = corners(part.start + j0, count, (tw, ty0), wq);
+                let corner = corners(part.start + j0, count, (tw, ty0), wq, M);
                 assert!(corner[L - 1] as usize + (M - 1) * (wq + 1) < staged.len());
                 let (first, at) = if self.by_channels() {
                     let at: Offsets = array(|l| (last(l) * k) as i32);
@@ -586,27 +577,37 @@ impl WinogradConv {
                     (oc * ld + j0, None)
                 };
                 let furthest = at.map_or(L - 1, |at| at[L - 1] as usize);
-                assert!((POINTS - 1) * point + first + furthest < m.len());
+                assert!((T * T - 1) * point + first + furthest < m.len());
                 // SAFETY: the furthest value read of M and written of
                 // `staged` are inside them (checked above); WIDE code runs
                 // only on AVX-512 CPUs.
                 unsafe {
-                    output_group_avx512(&m[first..], point, at.as_ref(), staged, wq, &corner, count)
+                    output_group_avx512::<M, T, F>(
+                        &m[first..],
+                        point,
+                        at.as_ref(),
+                        staged,
+                        wq,
+                        &corner,
+                        count,
+                    )
                 };
                 continue;
             }
-            let prods: [Lanes; POINTS] = if self.by_channels() {
+            let prods: [[Lanes; T]; T] = if self.by_channels() {
                 let at: Offsets = array(|l| (last(l) * k) as i32);
-                array(|xi| gather(m, xi * point + oc, &at))
+                array(|i| array(|j| gather(m, (T * i + j) * point + oc, &at)))
             } else {
                 // M's rows are padded to whole vectors (`m_ld`).
-                array(|xi| {
-                    let row = &m[xi * point + oc * ld + j0..][..L];
-                    lanes(|l| row[l])
+                array(|i| {
+                    array(|j| {
+                        let row = &m[(T * i + j) * point + oc * ld + j0..][..L];
+                        lanes(|l| row[l])
+                    })
                 })
             };
-            let y = transform_output(&prods);
-            let corner = corners(part.start + j0, count, (tw, ty0), wq);
+            let y = transform_output::<M, T, F, Lanes>(&prods);
+            let corner = corners(part.start + j0, count, (tw, ty0), wq, M);
             for (dy, row) in y.iter().enumerate() {
                 for (dx, values) in row.iter().enumerate() {
                     scatter(staged, dy * wq + dx, &corner, values, count);
@@ -638,6 +639,10 @@ impl WinogradConv {
     }
 }
 
+/// What the input transform reads and writes: the input, the input
+/// channel, the pass's tiles, and V.
+type InputArgs<'a> = (&'a [f32], usize, Range<usize>, SyncPtr);
+
 /// What the output transform reads and writes: the products, the output
 /// channel, the pass's tiles, the output, its epilogue and residual.
 type OutputArgs<'a> = (
@@ -652,17 +657,17 @@ type OutputArgs<'a> = (
 /// Offsets of L tiles' first values in a buffer, one per lane.
 type Offsets = [i32; L];
 
-/// Offsets of the `count` tiles from `first` on in a buffer of rows of
-/// tiles `row` values apart, the first row of tiles being `ty0`; lanes
-/// past `count` repeat the last tile. One division per call: the
-/// transforms ask for it once per L tiles, and a division per lane cost
-/// more than the transform.
-fn corners(first: usize, count: usize, (tw, ty0): (usize, usize), row: usize) -> Offsets {
+/// Offsets of the `count` tiles (of side `m`) from `first` on in a buffer
+/// of rows of tiles `row` values apart, the first row of tiles being
+/// `ty0`; lanes past `count` repeat the last tile. One division per call:
+/// the transforms ask for it once per L tiles, and a division per lane
+/// cost more than the transform.
+fn corners(first: usize, count: usize, (tw, ty0): (usize, usize), row: usize, m: usize) -> Offsets {
     let (mut ty, mut tx) = (first / tw - ty0, first % tw);
     let mut out = [0; L];
     for l in 0..L {
         out[l] = if l < count {
-            (M * (ty * row + tx)) as i32
+            (m * (ty * row + tx)) as i32
         } else {
             out[count - 1]
         };
@@ -699,20 +704,6 @@ mod tests {
     /// documentation); direct and GEMM meet `F32_TOLERANCE`.
     const WINOGRAD_TOLERANCE: f64 = 1e-4;
 
-    /// The 1-D identity F(4, 3) rests on: Aᵀ [(G g) ⊙ (Bᵀ d)] is the
-    /// correlation of d with g.
-    #[test]
-    fn one_dimensional_transforms_correlate() {
-        let d = [0.3f32, -1.2, 2.0, 0.7, -0.4, 1.1];
-        let g = [0.5f64, -0.25, 0.8];
-        let (u, v) = (weight_1d(g), input_1d(d.map(|x| [x; L])));
-        let y = output_1d(std::array::from_fn(|i| v[i].map(|x| u[i] as f32 * x)));
-        for (i, &yi) in y.iter().map(|lanes| &lanes[0]).enumerate() {
-            let want: f64 = (0..3).map(|j| d[i + j] as f64 * g[j]).sum();
-            assert!((yi as f64 - want).abs() < 1e-5, "{i}: {yi} vs {want}");
-        }
-    }
-
     /// 3x3 stride-1 layers: padding 0 or 1, sizes that leave partial
     /// tiles, channel counts on both sides of the register tiles.
     fn winograd_workload() -> impl Strategy<Value = Workload> {
@@ -729,11 +720,13 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
-        /// Every tile on every instruction set the CPU has, tile blocks
-        /// from one tile up, both layouts, every epilogue.
+        /// Both tile sizes, every register tile on every instruction set
+        /// the CPU has, tile blocks from one tile up, both layouts, every
+        /// epilogue.
         #[test]
         fn every_isa_tile_and_layout_matches_reference(
             w in winograd_workload(),
+            small in any::<bool>(),
             tile in 0..GEMM_TILES.len(),
             (kc, tile_block) in (1usize..5, 1usize..40),
             by_channels in any::<bool>(),
@@ -745,13 +738,14 @@ mod tests {
             let (mr, nr) = GEMM_TILES[tile];
             let vectors = if by_channels { VectorAxis::OutputChannels } else { VectorAxis::Spatial };
             let s = WinogradSchedule { mr, nr, kc: 8 * kc, tile_block, vectors };
+            let tile = if small { WinogradTile::F2x2 } else { WinogradTile::F4x4 };
             let weights = testing::weights(&w, seed);
             for isa in Isa::available() {
                 let (needed, available) = tile_registers(mr, nr, isa);
                 if needed > available {
                     continue;
                 }
-                let conv = WinogradConv::new(w, s, &weights, nhwc, isa);
+                let conv = WinogradConv::new(w, s, tile, &weights, nhwc, isa);
                 let run = |x: &[f32], y: &mut [f32], epi: &Epilogue, r: Option<&[f32]>| {
                     if nhwc {
                         testing::through_nhwc(&w, x, y, r, |x, y, r| conv.run(x, y, epi, r));
@@ -760,22 +754,28 @@ mod tests {
                     }
                 };
                 let e = testing::error(&w, &weights, (act, residual, seed), run);
-                prop_assert!(e < WINOGRAD_TOLERANCE, "{isa:?} {s:?} {w}: error {e}");
+                prop_assert!(e < WINOGRAD_TOLERANCE, "{tile:?} {isa:?} {s:?} {w}: error {e}");
             }
         }
     }
 
-    /// The largest error of the kernel on ResNet- and VGG-sized layers,
-    /// printed for the documentation (`--nocapture`) and held to the bound.
+    /// The largest error of each tile size on ResNet- and VGG-sized
+    /// layers, printed for the documentation (`--nocapture`) and held to
+    /// the bound.
     #[test]
     fn error_on_network_layers_is_bounded() {
         let mut worst: f64 = 0.0;
-        for (c, hw) in [(64, 32), (128, 16), (256, 8), (512, 4), (512, 2)] {
+        let layers = [(64, 32), (128, 16), (256, 8), (512, 7), (512, 4), (512, 2)];
+        for ((c, hw), tile) in layers
+            .into_iter()
+            .flat_map(|l| [(l, WinogradTile::F4x4), (l, WinogradTile::F2x2)])
+        {
             let w = Workload::new(c, c, 3, 1, 1, 1, hw, hw);
             let weights = testing::weights(&w, c as u64);
             let conv = WinogradConv::new(
                 w,
                 WinogradSchedule::default(),
+                tile,
                 &weights,
                 false,
                 Isa::detect(),
@@ -786,7 +786,7 @@ mod tests {
                 (crate::Activation::Identity, false, 7),
                 |x, y, epi, r| conv.run(x, y, epi, r),
             );
-            println!("{w}: relative L2 error {e:.2e}");
+            println!("{tile:?} {w}: relative L2 error {e:.2e}");
             worst = worst.max(e);
         }
         println!("worst {worst:.2e} (direct and GEMM are held to {F32_TOLERANCE:e})");

@@ -54,12 +54,13 @@ struct Case {
 }
 
 /// 3x3 stride-1 ungrouped layers with at least 8 input channels and 16
-/// output tiles, the ones Winograd computes: padding 0 or 1, sizes leaving
-/// partial 4x4 tiles, batch 1 and 2.
+/// output tiles, the ones Winograd computes: padding 0 or 1, maps of 7 to
+/// 22 pixels a side (F(2x2, 3x3) where they hold fewer than 16 4x4 tiles,
+/// F(4x4, 3x3) elsewhere) leaving partial tiles, batch 1 and 2.
 fn winograd_case() -> impl Strategy<Value = Case> {
     (
         (8usize..=24, 1usize..=24, 0usize..=1),
-        (15usize..=22, 15usize..=22, 1usize..=2),
+        (9usize..=22, 9usize..=22, 1usize..=2),
         any::<u64>(),
     )
         .prop_map(|((ic, oc, padding), (h, w, batch), seed)| Case {
@@ -449,19 +450,19 @@ proptest! {
     }
 
     /// Under winograd, every layer and format: 3x3 stride-1 ungrouped dense
-    /// layers with at least 8 input channels and 16 output tiles
-    /// (`dlas_core::calibration::runs_winograd`) run
+    /// layers with at least 8 input channels and 16 output tiles of 4x4 or
+    /// of 2x2 pixels (`dlas_core::calibration::winograd_tile`) run
     /// Winograd, the rest the kernel gemm would give them
     /// (depthwise NCHW layers direct, as under every algorithm: the stencil
     /// with dense weights).
     #[test]
     fn winograd_falls_back_to_the_gemm(c in case()) {
-        let tiles = c.w.out_h.div_ceil(4) * c.w.out_w.div_ceil(4);
+        let tiles = |side: usize| c.w.out_h.div_ceil(side) * c.w.out_w.div_ceil(side);
         let fits = c.w.kernel == 3
             && c.w.stride == 1
             && c.w.groups == 1
             && c.w.in_channels >= 8
-            && tiles >= 16;
+            && (tiles(4) >= 16 || tiles(2) >= 16);
         for f in FORMATS {
             let cfg = config(KernelAlgorithm::Winograd, f, Layout::Nchw);
             let d = data(&c, f != FormatChoice::Dense);

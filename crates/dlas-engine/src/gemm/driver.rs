@@ -211,8 +211,42 @@ impl BBlock {
 /// C (m x n, row stride ldc) = A * B, A packed in `mr` panels, on the
 /// current thread pool with schedule `s` and the microkernels of `isa`.
 /// `par_m` runs the parallel loop over blocks of rows of C, else columns.
+/// The microkernels prefetch A when it is [`PREFETCH_A_FROM`] values or
+/// more.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm(
+    s: &GemmSchedule,
+    isa: Isa,
+    par_m: bool,
+    (m, n, k): (usize, usize, usize),
+    a: PanelsRef<'_>,
+    b: BSource<'_>,
+    c: SyncPtr,
+    ldc: usize,
+    finishing: Finishing<'_>,
+) {
+    let prefetch_a = m * k >= PREFETCH_A_FROM;
+    gemm_streaming(
+        prefetch_a,
+        s,
+        isa,
+        par_m,
+        (m, n, k),
+        a,
+        b,
+        c,
+        ldc,
+        finishing,
+    )
+}
+
+/// [`gemm`], the microkernels prefetching A if `prefetch_a`: for one of
+/// several GEMMs whose A operands a run streams together (Winograd's
+/// products), the caller knows better than A's own size whether A comes
+/// from beyond L2.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_streaming(
+    prefetch_a: bool,
     s: &GemmSchedule,
     isa: Isa,
     par_m: bool,
@@ -228,7 +262,8 @@ pub(crate) fn gemm(
         return with_kept_buffer(|packed| {
             pack_im2col(input, w, g, (s.nr, k), packed, isa);
             let b = BSource::Panels(PanelsRef::F32(packed));
-            gemm(s, isa, par_m, (m, n, k), a, b, c, ldc, finishing)
+            let shape = (m, n, k);
+            gemm_streaming(prefetch_a, s, isa, par_m, shape, a, b, c, ldc, finishing)
         });
     }
     let micro = microkernel(s.mr, s.nr, isa);
@@ -284,7 +319,7 @@ pub(crate) fn gemm(
                                     cols: nr.min(n - c0),
                                     accumulate: pc > 0,
                                     finish,
-                                    prefetch_a: m * k >= PREFETCH_A_FROM,
+                                    prefetch_a,
                                 };
                                 let ap = a0.wrapping_add((ir - afirst) * astride);
                                 // SAFETY: `block` and `BBlock` return panels of kb

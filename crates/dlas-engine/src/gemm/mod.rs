@@ -21,6 +21,9 @@ mod pack;
 mod sparse;
 
 pub(crate) use conv::GemmConv;
-pub(crate) use driver::{BSource, Finishing, Panels, PanelsRef, gemm, with_kept_buffer};
+pub(crate) use driver::{
+    BSource, Finishing, Panels, PanelsRef, gemm, gemm_streaming, with_kept_buffer,
+};
+pub(crate) use micro::PREFETCH_A_FROM;
 pub(crate) use pack::{pack_columns, pack_im2col_with, pack_panels};
 pub(crate) use sparse::{sparse_gemm, strip};

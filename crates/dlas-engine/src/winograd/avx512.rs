@@ -5,36 +5,42 @@
 //! of their arithmetic's speed (a 64->64 layer on 32x32, timed alone: 240
 //! µs, 165 with these).
 
-use super::{M, Offsets, POINTS, T};
+use super::Offsets;
+use super::transforms::{Tile, Vector};
 use std::arch::x86_64::*;
 
-/// Bᵀ d for 16 6-vectors d, one per lane, on AVX-512 registers (the
-/// same operations as [`input_1d`]).
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn input_1d_avx512(d: [__m512; T]) -> [__m512; T] {
-    let k = _mm512_set1_ps;
-    let (add, sub, mul) = (_mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps);
-    [
-        add(sub(mul(k(4.0), d[0]), mul(k(5.0), d[2])), d[4]),
-        add(add(mul(k(-4.0), add(d[1], d[2])), d[3]), d[4]),
-        add(sub(mul(k(4.0), sub(d[1], d[2])), d[3]), d[4]),
-        add(sub(mul(k(2.0), sub(d[3], d[1])), d[2]), d[4]),
-        add(sub(mul(k(2.0), sub(d[1], d[3])), d[2]), d[4]),
-        add(sub(mul(k(4.0), d[1]), mul(k(5.0), d[3])), d[5]),
-    ]
+/// A register of 16 tiles' values. Its operations are inlined into the
+/// AVX-512 transforms below, the only code that holds such registers.
+impl Vector for __m512 {
+    #[inline(always)]
+    fn add(self, other: __m512) -> __m512 {
+        // SAFETY: an __m512 exists only on a CPU with AVX-512 (the
+        // transforms below, which create them, are compiled for it and run
+        // only there).
+        unsafe { _mm512_add_ps(self, other) }
+    }
+
+    #[inline(always)]
+    fn sub(self, other: __m512) -> __m512 {
+        // SAFETY: as in `add`.
+        unsafe { _mm512_sub_ps(self, other) }
+    }
+
+    #[inline(always)]
+    fn scale(self, k: f32) -> __m512 {
+        // SAFETY: as in `add`.
+        unsafe { _mm512_mul_ps(_mm512_set1_ps(k), self) }
+    }
 }
 
 /// The input transform Bᵀ d B of the 16 tiles whose first values are at
-/// `corner` in `plane` (rows `wp` apart), on AVX-512 registers: written
-/// on arrays of f32, LLVM compiled the same loop into 8-lane gathers and
-/// scatters through the stack and it ran at a tenth of its arithmetic's
-/// speed. Returns column b's point a at `[b][a]`.
+/// `corner` in `plane` (rows `wp` apart), on AVX-512 registers. Returns
+/// column b's point a at `[b][a]`.
 ///
 /// # Safety
-/// Every tile's 6x6 values lie inside `plane`.
+/// Every tile's T x T values lie inside `plane`.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn input_group_avx512(
+pub(super) unsafe fn input_group_avx512<const M: usize, const T: usize, F: Tile<M, T>>(
     plane: &[f32],
     wp: usize,
     corner: &Offsets,
@@ -48,7 +54,7 @@ pub(super) unsafe fn input_group_avx512(
             for (j, dj) in d.iter_mut().enumerate() {
                 *dj = _mm512_i32gather_ps::<4>(at, plane.as_ptr().add(i * wp + j).cast());
             }
-            *row = input_1d_avx512(d);
+            *row = F::input_1d(d);
         }
         let mut columns = [[_mm512_setzero_ps(); T]; T];
         for (b, column) in columns.iter_mut().enumerate() {
@@ -56,38 +62,22 @@ pub(super) unsafe fn input_group_avx512(
             for (i, di) in d.iter_mut().enumerate() {
                 *di = rows[i][b];
             }
-            *column = input_1d_avx512(d);
+            *column = F::input_1d(d);
         }
         columns
     }
 }
 
-/// Aᵀ m for 16 6-vectors m, one per lane, on AVX-512 registers (the
-/// same operations as [`output_1d`]).
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn output_1d_avx512(m: [__m512; T]) -> [__m512; M] {
-    let k = _mm512_set1_ps;
-    let (add, sub, mul) = (_mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps);
-    let (s12, d12) = (add(m[1], m[2]), sub(m[1], m[2]));
-    let (s34, d34) = (add(m[3], m[4]), sub(m[3], m[4]));
-    [
-        add(add(m[0], s12), s34),
-        add(d12, mul(k(2.0), d34)),
-        add(s12, mul(k(4.0), s34)),
-        add(add(d12, mul(k(8.0), d34)), m[5]),
-    ]
-}
-
-/// The output transform Aᵀ m A of 16 tiles on AVX-512 registers (see
-/// [`input_group_avx512`] for why): point ξ of lane l is `m[ξ * point +
-/// l]`, or `m[ξ * point + at[l]]` with `at`; the first `count` tiles'
-/// 4x4 values are scattered into `staged` (rows `wq` apart) at `corner`.
+/// The output transform Aᵀ m A of 16 tiles on AVX-512 registers: point
+/// (i, j) of lane l is `m[(T i + j) * point + l]`, or `m[(T i + j) * point
+/// + at[l]]` with `at`; the first `count` tiles' M x M values are
+/// scattered into `staged` (rows `wq` apart) at `corner`.
 ///
 /// # Safety
 /// Every value read lies inside `m`, every value written inside `staged`.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn output_group_avx512(
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn output_group_avx512<const M: usize, const T: usize, F: Tile<M, T>>(
     m: &[f32],
     point: usize,
     at: Option<&Offsets>,
@@ -98,23 +88,26 @@ pub(super) unsafe fn output_group_avx512(
 ) {
     // SAFETY: the caller's promise covers every index read and written.
     unsafe {
-        let mut p = [_mm512_setzero_ps(); POINTS];
-        for (xi, v) in p.iter_mut().enumerate() {
-            let from = m.as_ptr().add(xi * point);
-            *v = match at {
-                Some(at) => {
-                    _mm512_i32gather_ps::<4>(_mm512_loadu_si512(at.as_ptr().cast()), from.cast())
-                }
-                None => _mm512_loadu_ps(from),
-            };
+        let mut p = [[_mm512_setzero_ps(); T]; T];
+        for (i, row) in p.iter_mut().enumerate() {
+            for (j, v) in row.iter_mut().enumerate() {
+                let from = m.as_ptr().add((T * i + j) * point);
+                *v = match at {
+                    Some(at) => _mm512_i32gather_ps::<4>(
+                        _mm512_loadu_si512(at.as_ptr().cast()),
+                        from.cast(),
+                    ),
+                    None => _mm512_loadu_ps(from),
+                };
+            }
         }
         let mut cols = [[_mm512_setzero_ps(); M]; T];
         for (j, col) in cols.iter_mut().enumerate() {
             let mut d = [_mm512_setzero_ps(); T];
             for (i, di) in d.iter_mut().enumerate() {
-                *di = p[T * i + j];
+                *di = p[i][j];
             }
-            *col = output_1d_avx512(d);
+            *col = F::output_1d(d);
         }
         let idx = _mm512_loadu_si512(corner.as_ptr().cast());
         let mask = ((1u32 << count) - 1) as __mmask16;
@@ -123,7 +116,7 @@ pub(super) unsafe fn output_group_avx512(
             for (dj, col) in d.iter_mut().zip(&cols) {
                 *dj = col[dy];
             }
-            for (dx, &y) in output_1d_avx512(d).iter().enumerate() {
+            for (dx, &y) in F::output_1d(d).iter().enumerate() {
                 let to = staged.as_mut_ptr().add(dy * wq + dx);
                 _mm512_mask_i32scatter_ps::<4>(to.cast(), mask, idx, y);
             }
