@@ -3,7 +3,7 @@
 //! a GEMM per group in NCHW, NHWC or the transposed orientation.
 
 use super::driver::{BSource, Finishing, Panels, PanelsRef, gemm, with_kept_buffer};
-use super::pack::{pack_im2col, pack_panels};
+use super::pack::{pack_im2col, pack_nhwc_patches, pack_panels};
 use super::sparse::{sparse_gemm, strip};
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::Isa;
@@ -203,7 +203,6 @@ impl GemmConv {
             w.out_pixels(),
             w.out_channels,
         );
-        let a = Panels::new(self.nhwc_patches(input, g, self.s.mr), false);
         let epi_block = |rows: Range<usize>, cols: Range<usize>| {
             for px in rows {
                 let off = px * cout + g * ocg + cols.start;
@@ -216,33 +215,20 @@ impl GemmConv {
         let b = BSource::Panels(weights);
         let finishing = Finishing::Blocks(&epi_block);
         let (cg, shape) = (c.offset(g * ocg), (pix, ocg, red));
-        gemm(
-            &self.s,
-            self.isa,
-            self.par_m(),
-            shape,
-            a.view(),
-            b,
-            cg,
-            cout,
-            finishing,
-        );
-    }
-
-    /// The NHWC input's patches of group g (pixels x reduction, ordered
-    /// (ky, kx, ic)) packed in panels of `width` pixels.
-    fn nhwc_patches(&self, input: &[f32], g: usize, width: usize) -> Vec<f32> {
-        let w = &self.w;
-        let (k, s, p) = (w.kernel, w.stride, w.padding as isize);
-        let (icg, cin, ow) = (w.in_channels_per_group(), w.in_channels, w.out_w);
-        pack_panels(w.out_pixels(), w.reduction(), width, |pixel, q| {
-            let (pos, ic) = (q / icg, q % icg);
-            let iy = ((pixel / ow) * s + pos / k) as isize - p;
-            let ix = ((pixel % ow) * s + pos % k) as isize - p;
-            if iy < 0 || ix < 0 || iy >= w.in_h as isize || ix >= w.in_w as isize {
-                return 0.0;
-            }
-            input[(iy as usize * w.in_w + ix as usize) * cin + g * icg + ic]
+        with_kept_buffer(|patches| {
+            pack_nhwc_patches(input, w, g, self.s.mr, patches);
+            let a = PanelsRef::F32(patches);
+            gemm(
+                &self.s,
+                self.isa,
+                self.par_m(),
+                shape,
+                a,
+                b,
+                cg,
+                cout,
+                finishing,
+            )
         })
     }
 
@@ -297,19 +283,12 @@ impl GemmConv {
             let finishing = Finishing::Blocks(&epi_block);
             let shape = (m, n, red);
             if self.nhwc {
-                let b = Panels::new(self.nhwc_patches(input, g, self.s.nr), false);
-                let b = BSource::Panels(b.view());
-                gemm(
-                    &self.s,
-                    self.isa,
-                    self.par_m(),
-                    shape,
-                    weights,
-                    b,
-                    ctp,
-                    n,
-                    finishing,
-                );
+                with_kept_buffer(|patches| {
+                    pack_nhwc_patches(input, w, g, self.s.nr, patches);
+                    let b = BSource::Panels(PanelsRef::F32(patches));
+                    let (s, isa, par_m) = (&self.s, self.isa, self.par_m());
+                    gemm(s, isa, par_m, shape, weights, b, ctp, n, finishing)
+                })
             } else {
                 with_kept_buffer(|a| {
                     pack_im2col(input, w, g, (self.s.mr, red), a, self.isa);

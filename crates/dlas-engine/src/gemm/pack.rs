@@ -38,6 +38,51 @@ pub(crate) fn pack_panels(
     out
 }
 
+/// The patches of group `g` of an NHWC sample (rows: output pixels;
+/// columns: reduction index (ky * k + kx) * icg + ic), packed in panels of
+/// `width` pixels into `out` (resized; every value written), in parallel
+/// over panels. A tap's channels are one contiguous run of the input, so
+/// each is copied as a run, with the pixel's and tap's coordinates worked
+/// out once (a closure per value, three divisions each, took half of
+/// ResNet-18's NHWC time).
+pub(crate) fn pack_nhwc_patches(
+    input: &[f32],
+    w: &Workload,
+    g: usize,
+    width: usize,
+    out: &mut AlignedVec,
+) {
+    let (k, s, p) = (w.kernel, w.stride, w.padding as isize);
+    let (icg, cin, ow) = (w.in_channels_per_group(), w.in_channels, w.out_w);
+    let (red, pixels) = (w.reduction(), w.out_pixels());
+    out.resize(pixels.div_ceil(width) * red * width);
+    out[..]
+        .par_chunks_mut(red * width)
+        .enumerate()
+        .for_each(|(panel, values)| {
+            for j in 0..width {
+                let pixel = panel * width + j;
+                let (oy, ox) = (pixel / ow, pixel % ow);
+                for pos in 0..k * k {
+                    let iy = (oy * s + pos / k) as isize - p;
+                    let ix = (ox * s + pos % k) as isize - p;
+                    let inside = pixel < pixels
+                        && (0..w.in_h as isize).contains(&iy)
+                        && (0..w.in_w as isize).contains(&ix);
+                    let to = values[pos * icg * width + j..].iter_mut().step_by(width);
+                    if inside {
+                        let at = (iy as usize * w.in_w + ix as usize) * cin + g * icg;
+                        for (t, &x) in to.zip(&input[at..at + icg]) {
+                            *t = x;
+                        }
+                    } else {
+                        to.take(icg).for_each(|t| *t = 0.0);
+                    }
+                }
+            }
+        });
+}
+
 /// The im2col matrix of group `g` of an NCHW sample (rows: reduction index
 /// ic * k * k + ky * k + kx, padded with zero rows to `krows`; columns:
 /// output pixels), packed straight from the input in panels of `width`
