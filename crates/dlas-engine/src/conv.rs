@@ -3,7 +3,7 @@
 
 use crate::algorithm::KernelAlgorithm;
 use crate::config::{ConfigError, DType};
-use crate::depthwise::DepthwiseConv;
+use crate::depthwise::{DepthwiseConv, DepthwiseNhwc};
 use crate::direct::DirectConv;
 use crate::epilogue::{Activation, Epilogue};
 use crate::gemm::GemmConv;
@@ -21,6 +21,7 @@ use dlas_zoo::quant::ActivationQuant;
 enum Kernel {
     Int8(Int8Conv),
     Depthwise(DepthwiseConv),
+    DepthwiseNhwc(DepthwiseNhwc),
     Direct(DirectConv),
     Gemm(GemmConv),
     SpatialPack(SpatialPackConv),
@@ -73,6 +74,11 @@ impl Conv2d {
         let nhwc = key.layout == Layout::Nhwc;
         let half = key.dtype == DType::F16;
         let kernel = match (key.kernel, schedule) {
+            (KernelAlgorithm::Direct, Schedule::Direct(_))
+                if key.runs_depthwise_stencil() && nhwc =>
+            {
+                Kernel::DepthwiseNhwc(DepthwiseNhwc::new(w, weights, Isa::detect()))
+            }
             (KernelAlgorithm::Direct, Schedule::Direct(s)) if key.runs_depthwise_stencil() => {
                 Kernel::Depthwise(DepthwiseConv::new(w, s, weights, half, Isa::detect()))
             }
@@ -163,7 +169,7 @@ impl Conv2d {
     pub fn kernel_name(&self) -> &'static str {
         match &self.kernel {
             Kernel::Int8(k) => k.name(),
-            Kernel::Depthwise(_) => "depthwise",
+            Kernel::Depthwise(_) | Kernel::DepthwiseNhwc(_) => "depthwise",
             Kernel::Direct(_) => "direct",
             Kernel::Gemm(_) => "gemm",
             Kernel::SpatialPack(_) => "spatial-pack",
@@ -203,6 +209,7 @@ impl Conv2d {
     pub(crate) fn run_sample(&self, input: &[f32], out: &mut [f32], residual: Option<&[f32]>) {
         match &self.kernel {
             Kernel::Depthwise(k) => k.run(input, out, &self.epi, residual),
+            Kernel::DepthwiseNhwc(k) => k.run(input, out, &self.epi, residual),
             Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
             Kernel::Gemm(k) => k.run(input, out, &self.epi, residual),
             Kernel::SpatialPack(k) => k.run(input, out, &self.epi, residual),

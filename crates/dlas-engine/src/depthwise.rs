@@ -4,7 +4,8 @@
 //! (four vectors at a time, masked at the row's end). Every algorithm runs
 //! depthwise layers with it: im2col would build a one-row GEMM per channel
 //! and spatial pack would fill one lane of each vector (TVM and XNNPACK
-//! special-case them the same way).
+//! special-case them the same way). NHWC layers run [`DepthwiseNhwc`],
+//! vectorised along channels.
 //!
 //! At stride 1 with AVX-512 every tap reads the input plane in place, its
 //! masks dropping the columns of the padding. On maps narrower than two
@@ -25,7 +26,9 @@ use crate::workload::Workload;
 use std::cell::RefCell;
 
 mod flat;
+mod nhwc;
 use flat::FlatMasks;
+pub(crate) use nhwc::DepthwiseNhwc;
 
 #[derive(Debug, Clone)]
 pub(crate) struct DepthwiseConv {

@@ -50,8 +50,10 @@ impl LayerKey {
     ///
     /// A depthwise layer (one input and one output channel per group) is a
     /// stack of 2-D stencils: im2col would build a one-row GEMM per channel
-    /// and spatial pack would fill one lane of each vector, so in fp32 NCHW
-    /// every algorithm runs it as direct, as TVM and XNNPACK do. fp16 does
+    /// and spatial pack would fill one lane of each vector, so in fp32
+    /// every algorithm runs it as direct, as TVM and XNNPACK do (in NHWC,
+    /// which gemm and winograd run, the channel-vectorised stencil of at
+    /// most `MAX_TAPS` taps). fp16 does
     /// the same under direct and spatial pack, while fp16 gemm keeps running
     /// depthwise layers as its own GEMM (as it did when it was the only
     /// fp16 kernel), and int8 picks its own depthwise kernel under every
@@ -102,6 +104,9 @@ impl LayerKey {
             DType::F16 if algorithm == KernelAlgorithm::Gemm => algorithm,
             DType::F16 if winograd => KernelAlgorithm::Gemm,
             DType::F32 | DType::F16 if w.is_depthwise() && !nhwc => KernelAlgorithm::Direct,
+            DType::F32 if w.is_depthwise() && w.kernel * w.kernel <= MAX_TAPS => {
+                KernelAlgorithm::Direct
+            }
             DType::F32 if winograd && (blocks.is_some() || !winograd::fits(&w)) => {
                 KernelAlgorithm::Gemm
             }

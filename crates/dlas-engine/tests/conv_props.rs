@@ -425,8 +425,14 @@ proptest! {
             let e = error(&c, &config(KernelAlgorithm::Gemm, f, Layout::Nchw));
             prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
         }
-        let e = error(&c, &config(KernelAlgorithm::Gemm, FormatChoice::Dense, Layout::Nhwc));
+        let nhwc = config(KernelAlgorithm::Gemm, FormatChoice::Dense, Layout::Nhwc);
+        let e = error(&c, &nhwc);
         prop_assert!(e < F32_TOLERANCE, "nhwc {} error {e}", c.w);
+        // NHWC depthwise layers run the channel-vectorised stencil.
+        if c.w.is_depthwise() {
+            let d = data(&c, false);
+            prop_assert_eq!(layer(&c.w, &d.weight, &d.bias, &nhwc).kernel_name(), "depthwise");
+        }
     }
 
     #[test]
