@@ -90,6 +90,12 @@ pub fn load(model: &Path, config: &SessionConfig, level: Level) -> Result<Box<dy
         .map_err(ort::Error::<()>::from)?
         .with_inter_threads(1)
         .map_err(ort::Error::<()>::from)?
+        // Its workers still spin between the nodes of a run, as ONNX
+        // Runtime's default has them do, but stop when the run returns:
+        // otherwise they spin on for tens of ms and take the cores of
+        // whatever the campaign times next (docs/protocol.md).
+        .with_config_entry("session.force_spinning_stop", "1")
+        .map_err(ort::Error::<()>::from)?
         .commit_from_file(model)
         .with_context(|| format!("ONNX Runtime cannot load {}", model.display()))?;
     Ok(Box::new(OrtSession {

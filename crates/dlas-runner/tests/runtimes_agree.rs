@@ -229,3 +229,60 @@ fn tract_runs_fp16_models_in_f32_as_onnx_runtime_does() {
         assert!(e < 1e-2, "{compiler}: relative L2 {e} against ort-noopt");
     }
 }
+
+/// Nanoseconds of CPU that every thread of this process has run (Linux's
+/// per-thread scheduler statistics; `None` elsewhere).
+fn process_cpu_ns() -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+/// A campaign times its configurations turn by turn in one process, so
+/// whatever one leaves running when its run returns takes cores from the
+/// next. ONNX Runtime's intra-op workers spin after a run unless told to
+/// stop (`session.force_spinning_stop`); on the 2-vCPU host they made the
+/// native engine's ResNet-18 take 12-24 ms instead of 4.3 when it ran
+/// right after ONNX Runtime (docs/protocol.md). Here, after a few runs,
+/// the process must stay almost idle while it sleeps.
+#[test]
+fn onnx_runtime_leaves_the_cores_idle_when_a_run_returns() {
+    use dlas_backends::{SessionConfig, ort_runtime};
+    use dlas_core::Combination;
+    use dlas_runner::models::{self, Models};
+    let Some((root, library)) = ort_library() else {
+        return;
+    };
+    if process_cpu_ns().is_none() {
+        eprintln!("skipped: no /proc/self/task/*/schedstat here");
+        return;
+    }
+    ort_runtime::init(&library).unwrap();
+    let study = Study::load("dlas", &root.join("data/studies")).unwrap();
+    let c = Combination::host(Dataset::Cifar10, "resnet18", "ort-opt");
+    let path = Models::new(&root).unwrap().path(&study, &c).unwrap();
+    let config = SessionConfig {
+        input_shape: [1, 3, 32, 32],
+        threads: 2,
+        half_io: false,
+    };
+    let mut session = dlas_backends::load("ort-opt", &path, &config).unwrap();
+    let input = models::input(&c, 7);
+    for _ in 0..10 {
+        session.run(&input).unwrap();
+    }
+    let idle = std::time::Duration::from_millis(200);
+    let before = process_cpu_ns().unwrap();
+    std::thread::sleep(idle);
+    let used = process_cpu_ns().unwrap() - before;
+    // A spinning worker would burn most of the 200 ms; allow 5%.
+    assert!(
+        (used as f64) < 0.05 * idle.as_nanos() as f64,
+        "the process ran {:.1} ms of CPU while idle for {} ms after an ONNX Runtime run",
+        used as f64 / 1e6,
+        idle.as_millis()
+    );
+}
