@@ -162,7 +162,7 @@ fn engine(
         timeout: Duration::from_secs(600),
     };
     println!(
-        "network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_low,ratio_high,ratio_vs_tract_opt,runs"
+        "network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_low,ratio_high,ratio_vs_tract_opt,runs,round_trip_ns"
     );
     let mut verdicts = Vec::new();
     // The engine's targets: its best dense fp32 algorithm's time over ONNX
@@ -234,6 +234,10 @@ fn engine(
             );
         }
         let mut summaries = vec![None; names.len()];
+        // The core-to-core round trip around each configuration's bursts:
+        // on a VM whose vCPUs move between cores that share a cache and
+        // cores that do not, it says which the configuration mostly saw.
+        let mut round_trips = vec![None; names.len()];
         // A network takes up to `budget` per configuration: show which
         // one is being timed and how many have stopped.
         let bar = indicatif::ProgressBar::new(names.len() as u64).with_style(
@@ -249,8 +253,13 @@ fn engine(
             study.protocol.seed,
             |i, outcome| {
                 match outcome {
-                    Outcome::Measured { samples, .. } => {
+                    Outcome::Measured {
+                        samples,
+                        conditions,
+                        ..
+                    } => {
                         summaries[i] = Summary::from_samples(&samples);
+                        round_trips[i] = conditions.round_trip_ns_median;
                     }
                     Outcome::Failed(e) => anyhow::bail!("{dataset}/{model} {}: {e}", names[i]),
                 }
@@ -265,14 +274,15 @@ fn engine(
             .map(|s| s.ok_or_else(|| anyhow::anyhow!("{dataset}/{model}: a non-finite time")))
             .collect::<Result<_>>()?;
         let (ort, tract) = (&summaries[0], &summaries[1]);
-        for (name, t) in names.iter().zip(&summaries) {
+        for ((name, t), trip) in names.iter().zip(&summaries).zip(&round_trips) {
             let (ratio, low, high) = ratio(t, ort);
             println!(
-                "{dataset}/{model},{name},{:.3},{:.1},{ratio:.2},{low:.2},{high:.2},{:.2},{}",
+                "{dataset}/{model},{name},{:.3},{:.1},{ratio:.2},{low:.2},{high:.2},{:.2},{},{}",
                 t.median,
                 2.0 * macs / (t.median * 1e6),
                 t.median / tract.median,
-                t.runs
+                t.runs,
+                trip.map_or(String::new(), |ns| format!("{ns:.0}"))
             );
         }
         if let Some(target) = target {
