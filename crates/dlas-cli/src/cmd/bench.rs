@@ -287,19 +287,12 @@ fn engine(
         }
         if let Some(target) = target {
             // The best dense fp32 algorithm: the lowest median.
-            let (name, best) = names[2..2 + dense.len()]
-                .iter()
-                .zip(&summaries[2..2 + dense.len()])
-                .min_by(|a, b| a.1.median.total_cmp(&b.1.median))
+            let (at, name, best) = (2..2 + dense.len())
+                .map(|i| (i, &names[i], &summaries[i]))
+                .min_by(|a, b| a.2.median.total_cmp(&b.2.median))
                 .expect("four algorithms");
             let (r, low, high) = ratio(best, ort);
-            let verdict = if high <= target {
-                "met"
-            } else if low > target {
-                "missed"
-            } else {
-                "inside the noise (a tie)"
-            };
+            let verdict = verdict((low, high), target, (round_trips[at], round_trips[0]));
             verdicts.push(format!(
                 "{dataset}/{model}: {name} {r:.2}x ONNX Runtime (95% {low:.2}-{high:.2}), target at most {target:.1}x: {verdict}"
             ));
@@ -312,6 +305,31 @@ fn engine(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Round trips further apart than this factor mean two configurations ran
+/// mostly in different machine states (tens against hundreds of ns:
+/// cores that share a cache, or not; docs/protocol.md, "Two states").
+const STATES_APART: f64 = 2.0;
+
+/// A target's verdict from a ratio's 95% interval, unless the two
+/// configurations' median round trips say they saw different machine
+/// states, where the ratio describes the machine as much as the code.
+fn verdict((low, high): (f64, f64), target: f64, trips: (Option<f64>, Option<f64>)) -> String {
+    if let (Some(a), Some(b)) = trips
+        && a.max(b) > STATES_APART * a.min(b)
+    {
+        return format!(
+            "not decided: measured in different machine states (round trips {a:.0} and {b:.0} ns)"
+        );
+    }
+    if high <= target {
+        "met".into()
+    } else if low > target {
+        "missed".into()
+    } else {
+        "inside the noise (a tie)".into()
+    }
+}
+
 /// `a`'s median over `b`'s and the widest ratio their 95% intervals allow.
 fn ratio(a: &Summary, b: &Summary) -> (f64, f64, f64) {
     (
@@ -319,4 +337,21 @@ fn ratio(a: &Summary, b: &Summary) -> (f64, f64, f64) {
         a.ci_low / b.ci_high,
         a.ci_high / b.ci_low,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict;
+
+    #[test]
+    fn a_verdict_needs_the_interval_clear_of_the_target_and_one_machine_state() {
+        let same = (Some(64.0), Some(70.0));
+        assert_eq!(verdict((0.69, 0.71), 1.0, same), "met");
+        assert_eq!(verdict((1.04, 1.07), 1.0, same), "missed");
+        assert_eq!(verdict((0.98, 1.02), 1.0, same), "inside the noise (a tie)");
+        // Round trips unknown (one CPU): the interval decides.
+        assert_eq!(verdict((0.69, 0.71), 1.0, (None, Some(64.0))), "met");
+        let apart = verdict((0.69, 0.71), 1.0, (Some(64.0), Some(320.0)));
+        assert!(apart.starts_with("not decided"), "{apart}");
+    }
 }
