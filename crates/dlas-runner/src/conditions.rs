@@ -163,7 +163,8 @@ impl Accumulator {
             steal_share: (self.total > 0)
                 .then(|| round(self.steal as f64 / self.total as f64, 10_000.0)),
             cpu_mhz_mean: mean(&self.mhz).map(|x| round(x, 1.0)),
-            round_trip_ns_median: median(&self.round_trips).map(|x| round(x, 1.0)),
+            round_trip_ns_median: dlas_core::Summary::from_samples(&self.round_trips)
+                .map(|s| round(s.median, 1.0)),
             round_trip_ns_max: self
                 .round_trips
                 .iter()
@@ -172,13 +173,6 @@ impl Accumulator {
                 .map(|x| round(x, 1.0)),
         }
     }
-}
-
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
 }
 
 fn round(x: f64, scale: f64) -> f64 {

@@ -4,7 +4,8 @@
 //!
 //! - [`timing`]: a fixed-count timed loop (warm-up discarded, monotonic clock, every sample kept), for tuning and benches.
 //! - [`rounds`]: the campaign protocol: one network's configurations interleaved, each until its median is precise.
-//! - [`conditions`]: load, steal time and clock read between bursts.
+//! - [`conditions`]: load, steal time, clock and core-to-core round trip
+//!   read between bursts.
 //! - [`store`]: append-only results and samples files; resuming skips what is done.
 //! - [`environment`]: the record of the machine and software each run used.
 //! - [`models`]: the ONNX file of a combination, generated or the user's, hash-checked.
