@@ -247,7 +247,7 @@ impl WindowAttention {
             true,
             (m, n, k),
             PanelsRef::F32(a),
-            BSource::Rows(b),
+            BSource::Rows { x: b, ld: n },
             SyncPtr::new(c),
             n,
             finishing,

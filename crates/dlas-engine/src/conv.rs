@@ -8,6 +8,7 @@ use crate::direct::DirectConv;
 use crate::epilogue::{Activation, Epilogue};
 use crate::gemm::GemmConv;
 use crate::int8::Int8Conv;
+use crate::inverted::{self, Tiles};
 use crate::isa::Isa;
 use crate::lowering::LayerKey;
 use crate::schedule::Schedule;
@@ -216,6 +217,42 @@ impl Conv2d {
             Kernel::Winograd(k) => k.run(input, out, &self.epi, residual),
             Kernel::Int8(_) => panic!("an int8 layer takes int8 activations: use Conv2d::run_i8"),
         }
+    }
+
+    /// How this layer and `next`, the depthwise layer that alone reads its
+    /// output, run as one step ([`crate::inverted`]) on `threads` threads:
+    /// where this is a 1x1 expansion the GEMM runs in bands, `next` the
+    /// NCHW depthwise stencil, and the map between them is at least
+    /// [`inverted::FUSE_FROM_BYTES`].
+    pub(crate) fn fuses_with(&self, next: &Conv2d, threads: usize) -> Option<Tiles> {
+        let map_bytes = 4 * self.key.workload.out_len();
+        match (&self.kernel, &next.kernel) {
+            (Kernel::Gemm(g), Kernel::Depthwise(_))
+                if g.runs_bands()
+                    && map_bytes >= inverted::FUSE_FROM_BYTES
+                    && next.key.workload.in_channels == self.key.workload.out_channels =>
+            {
+                Some(Tiles::of(&next.key.workload, g.panel_rows(), threads))
+            }
+            _ => None,
+        }
+    }
+
+    /// One sample of this layer and then `next`, as [`Conv2d::fuses_with`]
+    /// allowed with `tiles`: `input` is this layer's, `out` and `residual`
+    /// `next`'s.
+    pub(crate) fn run_fused_sample(
+        &self,
+        (next, tiles): (&Conv2d, Tiles),
+        input: &[f32],
+        out: &mut [f32],
+        residual: Option<&[f32]>,
+    ) {
+        let (Kernel::Gemm(g), Kernel::Depthwise(d)) = (&self.kernel, &next.kernel) else {
+            unreachable!("only the layers `fuses_with` accepts run fused")
+        };
+        let dw = (d, &next.key.workload, &next.epi);
+        inverted::run((g, &self.epi), dw, tiles, input, out, residual);
     }
 
     /// One int8 sample; `residual` is real-valued.

@@ -104,7 +104,7 @@ impl DepthwiseConv {
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
         let w = &self.w;
         let (oh, ow, pix) = (w.out_h, w.out_w, w.out_pixels());
-        let (k, s, pw) = (w.kernel, w.stride, self.phase_width());
+        let (k, s) = (w.kernel, w.stride);
         let row_block = self.s.row_block.min(oh);
         let row_blocks = oh.div_ceil(row_block);
         let oc_blocks = w.out_channels.div_ceil(self.s.oc_block);
@@ -117,12 +117,6 @@ impl DepthwiseConv {
             let (ob, rb) = (t / row_blocks, t % row_blocks);
             let rows = rb * row_block..oh.min((rb + 1) * row_block);
             let chans = ob * self.s.oc_block..w.out_channels.min((ob + 1) * self.s.oc_block);
-            let nrows = (rows.len() - 1) * s + k;
-            let mut offsets = [0usize; MAX_TAPS];
-            for (t, off) in offsets[..k * k].iter_mut().enumerate() {
-                let (ky, kx) = (t / k, t % k);
-                *off = ((kx % s) * nrows + ky) * pw + kx / s;
-            }
             // One channel's taps, widened from f16 (unused for f32 weights).
             let mut widened = Vec::new();
             #[cfg(target_arch = "x86_64")]
@@ -144,30 +138,63 @@ impl DepthwiseConv {
                 }
                 return;
             }
-            ROWS.with_borrow_mut(|buf| {
-                for ch in chans {
-                    let plane = &input[ch * w.in_h * w.in_w..][..w.in_h * w.in_w];
-                    self.fill(plane, rows.start, rows.len(), buf);
-                    let off = ch * pix + rows.start * ow;
-                    let len = rows.len() * ow;
-                    // SAFETY: task t alone writes channels `chans` of rows `rows`.
-                    let o = unsafe { c.slice(off, len) };
-                    let p = Plane {
-                        buf: &buf.buf,
-                        taps: self.weights.get(ch * k * k..(ch + 1) * k * k, &mut widened),
-                        offsets: &offsets[..k * k],
-                        row_step: s * pw,
-                        width: ow,
-                    };
-                    self.plane(p, ch, o, epi, residual.map(|r| &r[off..off + len]));
-                }
-            })
+            let planes = |ch: usize| (&input[ch * w.in_h * w.in_w..][..w.in_h * w.in_w], 0);
+            // SAFETY: task t alone writes channels `chans` of rows `rows`.
+            unsafe { self.rows_of(planes, chans, rows, c, (epi, residual)) };
         });
     }
 
+    /// Output rows `rows` of channels `chans` into the sample's output `c`,
+    /// on this thread, through a padded buffer: `planes(ch)` holds input
+    /// rows `top..` of channel `ch` (`top` and on, every row inside the map
+    /// that the output rows read), as a whole plane or a band of one
+    /// ([`crate::inverted`]).
+    ///
+    /// # Safety
+    /// No other thread writes or reads those rows of those channels of `c`
+    /// meanwhile.
+    pub(crate) unsafe fn rows_of<'a>(
+        &self,
+        planes: impl Fn(usize) -> (&'a [f32], usize),
+        chans: std::ops::Range<usize>,
+        rows: std::ops::Range<usize>,
+        c: SyncPtr,
+        (epi, residual): (&Epilogue, Option<&[f32]>),
+    ) {
+        let w = &self.w;
+        let (ow, pix) = (w.out_w, w.out_pixels());
+        let (k, s, pw) = (w.kernel, w.stride, self.phase_width());
+        let nrows = (rows.len() - 1) * s + k;
+        let mut offsets = [0usize; MAX_TAPS];
+        for (t, off) in offsets[..k * k].iter_mut().enumerate() {
+            let (ky, kx) = (t / k, t % k);
+            *off = ((kx % s) * nrows + ky) * pw + kx / s;
+        }
+        // One channel's taps, widened from f16 (unused for f32 weights).
+        let mut widened = Vec::new();
+        ROWS.with_borrow_mut(|buf| {
+            for ch in chans {
+                self.fill(planes(ch), rows.start, rows.len(), buf);
+                let off = ch * pix + rows.start * ow;
+                let len = rows.len() * ow;
+                // SAFETY: the caller's promise.
+                let o = unsafe { c.slice(off, len) };
+                let p = Plane {
+                    buf: &buf.buf,
+                    taps: self.weights.get(ch * k * k..(ch + 1) * k * k, &mut widened),
+                    offsets: &offsets[..k * k],
+                    row_step: s * pw,
+                    width: ow,
+                };
+                self.plane(p, ch, o, epi, residual.map(|r| &r[off..off + len]));
+            }
+        })
+    }
+
     /// Copies the padded input rows under output rows first..first+count
-    /// of one channel's `plane` into `rows`, phase by phase.
-    fn fill(&self, plane: &[f32], first: usize, count: usize, rows: &mut Rows) {
+    /// of one channel into `rows`, phase by phase, from `plane`, which
+    /// holds the channel's input rows from row `top` on.
+    fn fill(&self, (plane, top): (&[f32], usize), first: usize, count: usize, rows: &mut Rows) {
         let w = &self.w;
         let (s, p, iw) = (w.stride, w.padding, w.in_w);
         let pw = self.phase_width();
@@ -184,7 +211,7 @@ impl DepthwiseConv {
             let Some(iy) = (first * s + yy).checked_sub(p).filter(|&iy| iy < w.in_h) else {
                 continue;
             };
-            let src = &plane[iy * iw..][..iw];
+            let src = &plane[(iy - top) * iw..][..iw];
             if s == 1 {
                 buf[yy * pw + p..][..iw].copy_from_slice(src);
                 continue;

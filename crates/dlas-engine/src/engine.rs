@@ -8,6 +8,7 @@
 use crate::config::{ConfigError, DType, EngineConfig};
 use crate::conv::{Conv2d, Int8Scales};
 use crate::fusion::{self, FusedConv, Plan, Step};
+use crate::inverted::Tiles;
 use crate::lowering::LayerKey;
 use crate::tokens;
 use crate::tuning::ScheduleTable;
@@ -77,6 +78,10 @@ pub struct Engine {
     quant: Option<Vec<ActivationQuant>>,
     pool: rayon::ThreadPool,
     default_scheduled: Vec<LayerKey>,
+    /// Per step, the tiles it runs in together with the next step, where
+    /// the two are an expansion and the depthwise layer that alone reads
+    /// it ([`crate::inverted`]); the next step is then skipped.
+    fused: Vec<Option<Tiles>>,
     /// f32 activation buffers of earlier runs, for later runs to reuse.
     arena: Arena,
 }
@@ -213,6 +218,27 @@ impl Engine {
                 readers[i] += 1;
             }
         }
+        let fused = (0..steps.len())
+            .map(|i| match (&steps[i], steps.get(i + 1)) {
+                (
+                    (
+                        made,
+                        Step::Conv {
+                            conv,
+                            residual: None,
+                            ..
+                        },
+                    ),
+                    Some((
+                        _,
+                        Step::Conv {
+                            conv: next, input, ..
+                        },
+                    )),
+                ) if input == made && readers[*made] == 1 => conv.fuses_with(next, config.threads),
+                _ => None,
+            })
+            .collect();
         let arena = Arena {
             kept: Default::default(),
             limit: peak_live(&steps, &readers),
@@ -231,6 +257,7 @@ impl Engine {
             quant: quant.map(|q| q.activations.clone()),
             pool,
             default_scheduled,
+            fused,
             arena,
         })
     }
@@ -304,8 +331,12 @@ impl Engine {
             stored
         };
         values[0] = Some(store(x, q(0)));
-        for (out, step) in &self.steps {
-            let inputs = step.inputs();
+        let mut skip = false;
+        for (i, (out, step)) in self.steps.iter().enumerate() {
+            if std::mem::take(&mut skip) {
+                continue;
+            }
+            let mut inputs = step.inputs();
             if let Step::Conv {
                 conv,
                 input,
@@ -338,6 +369,16 @@ impl Engine {
                 ));
                 continue;
             }
+            // A fused pair: this step and the next, whose output it writes
+            // (the next's residual its input too).
+            let (out, pair) = match (self.fused[i], &self.steps.get(i + 1)) {
+                (Some(tiles), Some((last, Step::Conv { conv, residual, .. }))) => {
+                    skip = true;
+                    inputs.extend(*residual);
+                    (last, Some((tiles, conv, *residual)))
+                }
+                _ => (out, None),
+            };
             let decoded: Vec<Cow<'_, [f32]>> = inputs
                 .iter()
                 .map(|&i| {
@@ -353,6 +394,18 @@ impl Engine {
             };
             let shape = |i: NodeId| self.shapes[i];
             let result = match step {
+                Step::Conv { conv, input, .. } if pair.is_some() => {
+                    let (tiles, next, residual) = pair.expect("a pair");
+                    let (il, ol) = (conv.workload().in_len(), next.workload().out_len());
+                    let len = batch * ol;
+                    let mut y = self.arena.take(len);
+                    for (s, o) in y[..len].chunks_mut(ol).enumerate() {
+                        let x = &v(*input)[s * il..(s + 1) * il];
+                        let r = residual.map(|r| &v(r)[s * ol..(s + 1) * ol]);
+                        conv.run_fused_sample((next, tiles), x, o, r);
+                    }
+                    (y, len)
+                }
                 Step::Conv {
                     conv,
                     input,
@@ -525,6 +578,56 @@ mod tests {
     use super::*;
     use dlas_core::Dataset;
     use dlas_zoo::{GraphBuilder, Op};
+
+    /// Two inverted-residual heads on a 224x224 input, expanding to 8
+    /// channels (1.6 MB) and to 4 (0.8 MB): the GEMM engine fuses the
+    /// first expansion with its depthwise layer only, and computes what
+    /// the direct engine, which fuses nothing, computes.
+    #[test]
+    fn expansions_to_large_maps_run_fused_with_their_depthwise_layer() {
+        use crate::algorithm::KernelAlgorithm;
+        let mut g = GraphBuilder::new("heads", Dataset::Imagenet);
+        let x = g.input();
+        let e = g.conv_bn(x, 8, 1, 1, 1, Some(Op::Relu6));
+        let big = g.conv_bn(e, 8, 3, 2, 8, Some(Op::Relu6));
+        let e = g.conv_bn(x, 4, 1, 1, 1, Some(Op::Relu6));
+        let small = g.conv_bn(e, 4, 3, 2, 4, Some(Op::Relu6));
+        let both = g.concat(&[big, small]);
+        let gap = g.global_avg_pool(both);
+        let f = g.flatten(gap);
+        g.linear(f, 10);
+        let graph = g.finish();
+        let weights = dlas_zoo::weights::generate(&graph, 5);
+        let input = dlas_zoo::weights::input(&graph, 5, 2);
+        let engine = |algorithm| {
+            let config = EngineConfig {
+                algorithm,
+                ..EngineConfig::default()
+            };
+            Engine::compile(&graph, &weights, &config).unwrap()
+        };
+        let (gemm, direct) = (
+            engine(KernelAlgorithm::Gemm),
+            engine(KernelAlgorithm::Direct),
+        );
+        let fused: Vec<usize> = (0..gemm.steps.len())
+            .filter(|&i| gemm.fused[i].is_some())
+            .collect();
+        assert_eq!(fused.len(), 1, "{fused:?}");
+        let Step::Conv { conv, .. } = &gemm.steps[fused[0]].1 else {
+            panic!("a fused step is a convolution")
+        };
+        assert_eq!(conv.workload().out_channels, 8);
+        assert!(direct.fused.iter().all(Option::is_none));
+        let (a, b) = (gemm.run(&input, 2).unwrap(), direct.run(&input, 2).unwrap());
+        let err: f32 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
+        let norm: f32 = b.iter().map(|y| y * y).sum();
+        assert!(
+            (err / norm).sqrt() < 1e-5,
+            "relative L2 {}",
+            (err / norm).sqrt()
+        );
+    }
 
     /// Squeeze-and-excitation and SiLU steps allocate their outputs; the
     /// arena receives them when freed. Over many runs it must stay at its

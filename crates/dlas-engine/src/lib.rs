@@ -14,7 +14,8 @@
 //! epilogue), then
 //! lowering, where each layer's [`LayerKey`] (weight format, kernel
 //! algorithm, layout, dtype) is decided once and, with a schedule, packed
-//! into a [`Conv2d`].
+//! into a [`Conv2d`]. A run executes a 1x1 expansion and the depthwise
+//! layer that alone reads its large output as one step (`inverted`).
 //! The transformer operators run beside the convolutions in both layouts
 //! and stay f32 whatever the layers' dtype: attention (`attention`, its two
 //! products on the GEMM microkernels), layer norm (`norm`), GELU (`ops`),
@@ -53,6 +54,7 @@ mod fusion;
 mod gemm;
 mod imported;
 mod int8;
+mod inverted;
 mod isa;
 pub mod lowering;
 mod norm;

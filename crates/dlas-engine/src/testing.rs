@@ -24,6 +24,11 @@ fn pool() -> &'static rayon::ThreadPool {
     })
 }
 
+/// Runs `f` on the tests' two-thread pool, as [`error`] runs a kernel.
+pub(crate) fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    pool().install(f)
+}
+
 /// Plain and grouped convolutions, kernels 1/3/5/7, strides 1-2, odd
 /// sizes; a third are 1x1 stride-1 unpadded (the GEMM's in-place B).
 pub(crate) fn dense_workload() -> impl Strategy<Value = Workload> {
@@ -159,7 +164,7 @@ pub(crate) fn error(
     };
     // Stale values where the output goes: a kernel must write every one.
     let mut got = vec![f32::NAN; w.out_len()];
-    pool().install(|| run(&input, &mut got, &epi, residual.as_deref()));
+    on_pool(|| run(&input, &mut got, &epi, residual.as_deref()));
     let conv = dlas_zoo::Conv {
         in_channels: w.in_channels,
         out_channels: w.out_channels,

@@ -132,6 +132,61 @@ impl GemmConv {
         }
     }
 
+    /// Whether [`GemmConv::band`] can run this layer: a dense, ungrouped
+    /// 1x1 stride-1 NCHW layer whose weights are A (pixels vectorised).
+    pub fn runs_bands(&self) -> bool {
+        let w = &self.w;
+        matches!(self.packed, Packed::Dense(_))
+            && !self.nhwc
+            && self.s.vectors == VectorAxis::Spatial
+            && (w.kernel, w.stride, w.padding, w.groups) == (1, 1, 0, 1)
+    }
+
+    /// The weights' panel height: a band's channels start on a multiple.
+    pub fn panel_rows(&self) -> usize {
+        self.s.mr
+    }
+
+    /// Output channels `chans` (starting on a multiple of
+    /// [`GemmConv::panel_rows`]) at input pixels `cols` of a layer that
+    /// [`GemmConv::runs_bands`], into `out` (one row of `cols.len()` per
+    /// channel), finished by `epi`; on this thread alone, as one task of
+    /// the caller's parallel loop.
+    pub fn band(
+        &self,
+        input: &[f32],
+        chans: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        epi: &Epilogue,
+    ) {
+        debug_assert!(self.runs_bands() && chans.start.is_multiple_of(self.s.mr));
+        let Packed::Dense(weights) = &self.packed else {
+            unreachable!("only dense layers run bands")
+        };
+        let (m, n, k) = (chans.len(), cols.len(), self.w.in_channels);
+        assert!(out.len() >= m * n, "the band's output holds its values");
+        let a = weights[0]
+            .view()
+            .skip_panels(chans.start / self.s.mr, (k, self.s.mr));
+        let b = BSource::Rows {
+            x: &input[cols.start..],
+            ld: self.w.out_pixels(),
+        };
+        let finishing = Finishing::Fused {
+            bias: &epi.bias[chans],
+            residual: None,
+            act: epi.act,
+        };
+        // One block of rows: the whole band on this thread.
+        let s = GemmSchedule {
+            mc: m.next_multiple_of(self.s.mr),
+            ..self.s
+        };
+        let c = SyncPtr::new(out);
+        gemm(&s, self.isa, true, (m, n, k), a, b, c, n, finishing);
+    }
+
     /// Whether the parallel loop runs over rows of C: the output dimension
     /// `parallel` names is the one that is not vectorised.
     fn par_m(&self) -> bool {
@@ -160,7 +215,10 @@ impl GemmConv {
             w.out_pixels(),
         );
         let b = if w.kernel == 1 && w.stride == 1 && w.padding == 0 {
-            BSource::Rows(&input[g * icg * pix..(g + 1) * icg * pix])
+            BSource::Rows {
+                x: &input[g * icg * pix..(g + 1) * icg * pix],
+                ld: pix,
+            }
         } else {
             BSource::Im2col { input, w, g }
         };

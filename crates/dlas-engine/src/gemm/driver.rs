@@ -49,7 +49,16 @@ pub(crate) enum PanelsRef<'a> {
     F16(&'a [f16]),
 }
 
-impl PanelsRef<'_> {
+impl<'a> PanelsRef<'a> {
+    /// The panels from panel `first` on, of panels holding `k` rows of
+    /// `width` values.
+    pub(crate) fn skip_panels(self, first: usize, (k, width): (usize, usize)) -> PanelsRef<'a> {
+        match self {
+            PanelsRef::F32(v) => PanelsRef::F32(&v[first * k * width..]),
+            PanelsRef::F16(v) => PanelsRef::F16(&v[first * k * width..]),
+        }
+    }
+
     /// Panels `panels` restricted to reduction rows pc..pc+kb, as f32: the
     /// f32 panels themselves, or f16 ones converted (F16C where the CPU has
     /// it) into `buf` once per cache block. Returns the base pointer, the
@@ -80,8 +89,10 @@ impl PanelsRef<'_> {
 pub(crate) enum BSource<'a> {
     /// Packed in `nr`-column panels holding all of K.
     Panels(PanelsRef<'a>),
-    /// Row-major with row stride n: the input of a 1x1 stride-1 convolution.
-    Rows(&'a [f32]),
+    /// Row-major, rows `ld` values apart (`ld` >= n): the input of a 1x1
+    /// stride-1 convolution (ld = n), or a band of its pixel columns (ld =
+    /// the map's pixels, see [`crate::inverted`]).
+    Rows { x: &'a [f32], ld: usize },
     /// The im2col matrix of group `g` of an NCHW input.
     Im2col {
         input: &'a [f32],
@@ -162,22 +173,22 @@ impl BBlock {
                     edge: None,
                 }
             }
-            BSource::Rows(x) => {
+            BSource::Rows { x, ld } => {
                 let last = panels.end - 1;
                 let edge = (n < (last + 1) * nr).then(|| {
                     let valid = n - last * nr;
                     buf.resize(kb * nr);
                     buf.fill(0.0);
-                    for (dst, src) in buf.chunks_exact_mut(nr).zip(x[pc * n..].chunks(n)) {
+                    for (dst, src) in buf.chunks_exact_mut(nr).zip(x[pc * ld..].chunks(ld)) {
                         dst[..valid].copy_from_slice(&src[last * nr..][..valid]);
                     }
                     (last, buf.as_ptr())
                 });
                 BBlock {
-                    base: x[pc * n..].as_ptr(),
+                    base: x[pc * ld..].as_ptr(),
                     stride: nr,
                     first: 0,
-                    ldb: n,
+                    ldb: ld,
                     edge,
                 }
             }
