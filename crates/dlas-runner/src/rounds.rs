@@ -24,6 +24,15 @@
 //! - The verdict. A row is stable when that interval lies within ±2%
 //!   ([`dlas_core::stats::STABLE_HALF_WIDTH`]); the CV says how spread the
 //!   runs are, not how well the median is known, so it decides nothing.
+//! - One machine state ([`NearState`]). A virtual machine whose vCPUs the
+//!   host moves between cores that share a cache and cores that do not
+//!   runs in two states, seconds each, the engine up to 1.75x slower in
+//!   the far one. Adaptive stopping would let one configuration finish in
+//!   one state and the next in the other. So only bursts in the near state
+//!   (the core-to-core round trip before and after them within
+//!   [`STATES_APART`] of the lowest seen) count towards a median and its
+//!   stopping; the others are kept apart, and a configuration that never
+//!   ran in the near state is measured in the far one and says so.
 
 use crate::conditions::{Accumulator, Conditions, Reading};
 use anyhow::Result;
@@ -33,6 +42,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use std::hint::black_box;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// Roughly how long one turn of a configuration times back to back.
@@ -57,6 +67,18 @@ pub struct Adaptive {
 }
 
 impl Adaptive {
+    /// How long a run reads round trips before its first configuration
+    /// ([`NearState::probe`]): 10 s for an adaptive protocol, none for a
+    /// fixed count (quick and scripted runs), which learns the near state
+    /// from its own bursts.
+    pub fn near_probe(&self) -> Duration {
+        if self.half_width > 0.0 {
+            Duration::from_secs(10)
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// Exactly `runs` timed runs: the protocol of a quick or scripted run.
     pub fn fixed(warmup: usize, runs: usize, timeout: Duration) -> Adaptive {
         Adaptive {
@@ -66,6 +88,59 @@ impl Adaptive {
             half_width: 0.0,
             budget: timeout,
             timeout,
+        }
+    }
+}
+
+/// Round trips further apart than this factor belong to different machine
+/// states: tens against hundreds of ns, cores that share a cache or not
+/// (docs/protocol.md, "Two states").
+pub const STATES_APART: f64 = 2.0;
+
+/// The machine's near state, as the lowest core-to-core round trip read
+/// so far: a burst counts when both readings around it are within
+/// [`STATES_APART`] of it. Kept across the chunks of a run, so that every
+/// row of a run describes the same state; on a machine of one state (or
+/// one CPU, where no round trip is read) every burst counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NearState {
+    floor_ns: Option<f64>,
+}
+
+impl NearState {
+    /// Reads the round trip every 20 ms for `span`: long enough, on the
+    /// machine where the two states were seen (each lasting 2-10 s), to
+    /// meet the near one before the first configuration is timed.
+    /// Where no round trip can be read (one CPU), it returns at once.
+    pub fn probe(span: Duration) -> NearState {
+        let mut near = NearState::default();
+        let started = Instant::now();
+        while started.elapsed() < span {
+            let reading = Reading::now();
+            if reading.round_trip_ns.is_none() {
+                break;
+            }
+            near.see(&reading);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        near
+    }
+
+    /// The lowest round trip seen, in ns.
+    pub fn floor_ns(&self) -> Option<f64> {
+        self.floor_ns
+    }
+
+    fn see(&mut self, r: &Reading) {
+        if let Some(ns) = r.round_trip_ns {
+            self.floor_ns = Some(self.floor_ns.map_or(ns, |f| f.min(ns)));
+        }
+    }
+
+    fn holds(&self, r: &Reading) -> bool {
+        match (self.floor_ns, r.round_trip_ns) {
+            (Some(floor), Some(ns)) => ns <= STATES_APART * floor,
+            _ => true,
         }
     }
 }
@@ -95,7 +170,16 @@ impl Stop {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     Measured {
+        /// The timed runs of the bursts that count: those in the near
+        /// state, or (`far_only`) all of them.
         samples: Vec<f64>,
+        /// Timed runs of bursts in the far state, left out of `samples`.
+        far: Vec<f64>,
+        /// No burst ran in the near state: `samples` are the far ones.
+        far_only: bool,
+        /// The near state's round trip when it stopped (ns; none where
+        /// none was read).
+        floor_ns: Option<f64>,
         stop: Stop,
         /// Rounds it took part in.
         rounds: usize,
@@ -114,18 +198,100 @@ struct State {
     slot: Slot,
     index: usize,
     samples: Vec<f64>,
+    bursts: Vec<Burst>,
     spent: Duration,
     rounds: usize,
+}
+
+/// One turn's timed runs and the readings around them.
+struct Burst {
+    runs: Range<usize>,
+    before: Reading,
+    after: Reading,
+}
+
+/// A configuration's runs split by the state its bursts ran in.
+struct Split {
+    near: Vec<f64>,
+    far: Vec<f64>,
     conditions: Accumulator,
+}
+
+impl State {
+    fn split(&self, state: &NearState) -> Split {
+        let mut split = Split {
+            near: Vec::new(),
+            far: Vec::new(),
+            conditions: Accumulator::default(),
+        };
+        for b in &self.bursts {
+            let runs = &self.samples[b.runs.clone()];
+            if state.holds(&b.before) && state.holds(&b.after) {
+                split.near.extend_from_slice(runs);
+                split.conditions.add(&b.before, &b.after);
+            } else {
+                split.far.extend_from_slice(runs);
+            }
+        }
+        split
+    }
+
+    /// The outcome of a configuration that stopped for `stop`.
+    fn outcome(self, stop: Stop, near: &NearState) -> Outcome {
+        let split = self.split(near);
+        if split.near.is_empty() {
+            let mut conditions = Accumulator::default();
+            for b in &self.bursts {
+                conditions.add(&b.before, &b.after);
+            }
+            return Outcome::Measured {
+                samples: self.samples,
+                far: Vec::new(),
+                far_only: true,
+                floor_ns: near.floor_ns,
+                stop,
+                rounds: self.rounds,
+                conditions: conditions.finish(),
+            };
+        }
+        Outcome::Measured {
+            samples: split.near,
+            far: split.far,
+            far_only: false,
+            floor_ns: near.floor_ns,
+            stop,
+            rounds: self.rounds,
+            conditions: split.conditions.finish(),
+        }
+    }
 }
 
 /// Measures `slots` interleaved under `protocol`, calling `done(i, outcome)`
 /// for slot `i` as soon as it stops, so that each result is recorded before
 /// the others finish. `progress(active)` is called after each round.
+/// `near` is the run's near state, which the readings around each burst
+/// update.
 pub fn measure(
     slots: Vec<Slot>,
-    protocol: &Adaptive,
-    seed: u64,
+    (protocol, seed): (&Adaptive, u64),
+    near: &mut NearState,
+    done: impl FnMut(usize, Outcome) -> Result<()>,
+    progress: impl FnMut(usize),
+) -> Result<()> {
+    measure_reading(
+        slots,
+        (protocol, seed),
+        (near, Reading::now),
+        done,
+        progress,
+    )
+}
+
+/// [`measure`], reading the machine with `read`.
+fn measure_reading(
+    slots: Vec<Slot>,
+    (protocol, seed): (&Adaptive, u64),
+    (near, mut read): (&mut NearState, impl FnMut() -> Reading),
     mut done: impl FnMut(usize, Outcome) -> Result<()>,
     mut progress: impl FnMut(usize),
 ) -> Result<()> {
@@ -136,9 +302,9 @@ pub fn measure(
                 slot,
                 index,
                 samples: Vec::new(),
+                bursts: Vec::new(),
                 spent,
                 rounds: 0,
-                conditions: Accumulator::default(),
             }),
             Err(e) => done(index, Outcome::Failed(e))?,
         }
@@ -148,17 +314,9 @@ pub fn measure(
         active.shuffle(&mut rng);
         let mut still = Vec::with_capacity(active.len());
         for mut state in active {
-            match turn(&mut state, protocol) {
+            match turn(&mut state, protocol, near, &mut read) {
                 Ok(None) => still.push(state),
-                Ok(Some(stop)) => done(
-                    state.index,
-                    Outcome::Measured {
-                        samples: state.samples,
-                        stop,
-                        rounds: state.rounds,
-                        conditions: state.conditions.finish(),
-                    },
-                )?,
+                Ok(Some(stop)) => done(state.index, state.outcome(stop, near))?,
                 Err(e) => done(state.index, Outcome::Failed(e))?,
             }
         }
@@ -196,25 +354,49 @@ fn run_once(slot: &mut Slot) -> Result<Duration, String> {
 }
 
 /// One turn: a discarded run, then timed runs for about [`BURST`]. Returns
-/// why the configuration stops, if it does.
-fn turn(state: &mut State, protocol: &Adaptive) -> Result<Option<Stop>, String> {
-    let before = Reading::now();
+/// why the configuration stops, if it does: the counts of the stopping
+/// rules are of runs in bursts of the near state; the budget and the
+/// timeout are of time, whatever the state.
+fn turn(
+    state: &mut State,
+    protocol: &Adaptive,
+    near: &mut NearState,
+    read: &mut impl FnMut() -> Reading,
+) -> Result<Option<Stop>, String> {
+    let before = read();
     let started = Instant::now();
     run_once(&mut state.slot)?;
+    let (first, counted) = (state.samples.len(), state.split(near).near.len());
     let timed_from = Instant::now();
     loop {
         let elapsed = run_once(&mut state.slot)?;
         state.samples.push(elapsed.as_secs_f64() * 1e3);
-        if timed_from.elapsed() >= BURST || state.samples.len() >= protocol.max_runs {
+        let timed = state.samples.len() - first;
+        if timed_from.elapsed() >= BURST || counted + timed >= protocol.max_runs {
             break;
         }
     }
     state.spent += started.elapsed();
     state.rounds += 1;
-    state.conditions.add(&before, &Reading::now());
-    let n = state.samples.len();
-    if n < protocol.min_runs {
-        if state.spent > protocol.timeout {
+    let after = read();
+    near.see(&before);
+    near.see(&after);
+    state.bursts.push(Burst {
+        runs: first..state.samples.len(),
+        before,
+        after,
+    });
+    let (n, counted) = (state.samples.len(), state.split(near).near);
+    if counted.len() >= protocol.max_runs {
+        return Ok(Some(Stop::MaxRuns));
+    }
+    if counted.len() < protocol.min_runs {
+        // Enough runs, too few of them in the near state: the budget
+        // ends it, measured in whichever state it ran.
+        if n >= protocol.min_runs && state.spent >= protocol.budget {
+            return Ok(Some(Stop::Budget));
+        }
+        if n < protocol.min_runs && state.spent > protocol.timeout {
             return Err(format!(
                 "timeout after {:.0} s: {n} of {} timed runs done",
                 protocol.timeout.as_secs_f64(),
@@ -223,10 +405,7 @@ fn turn(state: &mut State, protocol: &Adaptive) -> Result<Option<Stop>, String> 
         }
         return Ok(None);
     }
-    if n >= protocol.max_runs {
-        return Ok(Some(Stop::MaxRuns));
-    }
-    let summary = Summary::from_samples(&state.samples)
+    let summary = Summary::from_samples(&counted)
         .ok_or_else(|| "the timer produced no finite samples".to_string())?;
     if summary.half_width() <= protocol.half_width {
         return Ok(Some(Stop::Precise));
@@ -277,12 +456,22 @@ mod tests {
         }
     }
 
+    /// A reading of a machine with no round trip to read (one state).
+    fn quiet() -> Reading {
+        Reading {
+            load1: None,
+            jiffies: None,
+            mhz: None,
+            round_trip_ns: None,
+        }
+    }
+
     fn run(slots: Vec<Slot>, protocol: Adaptive) -> Vec<(usize, Outcome)> {
         let mut out = Vec::new();
-        measure(
+        measure_reading(
             slots,
-            &protocol,
-            7,
+            (&protocol, 7),
+            (&mut NearState::default(), quiet),
             |i, o| {
                 out.push((i, o));
                 Ok(())
@@ -398,10 +587,10 @@ mod tests {
         let order = |seed| {
             let log: std::sync::Arc<std::sync::Mutex<Vec<u8>>> = Default::default();
             let slots = (0..4).map(|n| slot(n, vec![50], &log)).collect();
-            measure(
+            measure_reading(
                 slots,
-                &Adaptive::fixed(0, 3, Duration::from_secs(5)),
-                seed,
+                (&Adaptive::fixed(0, 3, Duration::from_secs(5)), seed),
+                (&mut NearState::default(), quiet),
                 |_, _| Ok(()),
                 |_| {},
             )
@@ -410,5 +599,115 @@ mod tests {
         };
         assert_eq!(order(1), order(1));
         assert_ne!(order(1), order(2));
+    }
+
+    /// A session that runs 1 ms in the near state and 3 ms in the far one,
+    /// as the readings around its bursts say: every other burst far.
+    struct TwoStates {
+        far: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Session for TwoStates {
+        fn run(&mut self, _: &[f32]) -> Result<Vec<f32>> {
+            let far = self.far.load(std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(if far { 3000 } else { 1000 }));
+            Ok(vec![])
+        }
+        fn provider(&self) -> String {
+            "two states".into()
+        }
+    }
+
+    /// Measures one `TwoStates` session; `far(burst)` says which bursts
+    /// run in the far state (round trips of 300 ns against 60).
+    fn two_states(protocol: Adaptive, near: &mut NearState, far: fn(usize) -> bool) -> Outcome {
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let slot = Slot {
+            session: Box::new(TwoStates { far: flag.clone() }),
+            input: vec![],
+        };
+        let mut calls = 0;
+        let read = || {
+            // Two readings a burst: the one before it sets its state.
+            let burst = calls / 2;
+            if calls % 2 == 0 {
+                flag.store(far(burst), std::sync::atomic::Ordering::SeqCst);
+            }
+            calls += 1;
+            Reading {
+                round_trip_ns: Some(if far(burst) { 300.0 } else { 60.0 }),
+                ..quiet()
+            }
+        };
+        let mut out = None;
+        measure_reading(
+            vec![slot],
+            (&protocol, 7),
+            (near, read),
+            |_, o| {
+                out = Some(o);
+                Ok(())
+            },
+            |_| {},
+        )
+        .unwrap();
+        out.unwrap()
+    }
+
+    #[test]
+    fn runs_in_the_far_state_are_left_out_of_the_median() {
+        let mut near = NearState::default();
+        let protocol = Adaptive::fixed(0, 200, Duration::from_secs(30));
+        match two_states(protocol, &mut near, |burst| burst % 2 == 1) {
+            Outcome::Measured {
+                samples,
+                far,
+                far_only,
+                floor_ns,
+                stop,
+                ..
+            } => {
+                assert_eq!(
+                    (stop, far_only, floor_ns),
+                    (Stop::MaxRuns, false, Some(60.0))
+                );
+                assert_eq!(samples.len(), 200);
+                assert!(samples.iter().all(|&ms| ms < 2.5), "{samples:?}");
+                assert!(
+                    !far.is_empty() && far.iter().all(|&ms| ms >= 3.0),
+                    "{far:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(near.floor_ns(), Some(60.0));
+    }
+
+    #[test]
+    fn a_configuration_never_in_the_near_state_is_measured_in_the_far_one() {
+        // The run met the near state before this configuration began.
+        let mut near = NearState {
+            floor_ns: Some(60.0),
+        };
+        let protocol = Adaptive {
+            budget: Duration::from_millis(300),
+            ..protocol()
+        };
+        match two_states(protocol, &mut near, |_| true) {
+            Outcome::Measured {
+                samples,
+                far,
+                far_only,
+                stop,
+                conditions,
+                ..
+            } => {
+                assert_eq!((stop, far_only), (Stop::Budget, true));
+                assert!(far.is_empty() && samples.len() >= 20);
+                assert!(samples.iter().all(|&ms| ms >= 3.0));
+                assert_eq!(conditions.round_trip_ns_median, Some(300.0));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

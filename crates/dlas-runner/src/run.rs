@@ -12,7 +12,7 @@
 use crate::environment;
 use crate::models::{self, Models};
 use crate::native::Untuned;
-use crate::rounds::{self, Adaptive, Outcome, Slot};
+use crate::rounds::{self, Adaptive, NearState, Outcome, Slot};
 use crate::store::{Samples, Store};
 use crate::tuning::{self, Tuned};
 use anyhow::Result;
@@ -146,6 +146,7 @@ pub fn run_host(
     let progress = Progress::new(todo.len());
     progress.skip(todo.len() - runnable.len());
     let mut source = None;
+    let mut near = None;
     let mut chunks: std::collections::VecDeque<Vec<&Combination>> =
         networks(&runnable, config.interleave).into();
     while let Some(chunk) = chunks.pop_front() {
@@ -193,10 +194,14 @@ pub fn run_host(
         };
         let seed = config.seed ^ order_seed(&first.0.id());
         let total = measured.len();
+        let near = near.get_or_insert_with(|| {
+            progress.message(&format!("{label}: reading the machine's state"));
+            NearState::probe(config.protocol.near_probe())
+        });
         rounds::measure(
             slots,
-            &config.protocol,
-            seed,
+            (&config.protocol, seed),
+            near,
             |i, outcome| {
                 let (c, provider) = &measured[i];
                 let (row, samples) = finish(c, outcome, config, provider, source);
@@ -320,14 +325,20 @@ fn finish(
     provider: &str,
     source: &str,
 ) -> (ResultRow, Option<Samples>) {
-    let (samples, stop, rounds, conditions) = match outcome {
-        Outcome::Failed(reason) => return (failed_row(c, config, &reason, source), None),
-        Outcome::Measured {
-            samples,
-            stop,
-            rounds,
-            conditions,
-        } => (samples, stop, rounds, conditions),
+    let Outcome::Measured {
+        samples,
+        far,
+        far_only,
+        floor_ns,
+        stop,
+        rounds,
+        conditions,
+    } = outcome
+    else {
+        let Outcome::Failed(reason) = outcome else {
+            unreachable!("an outcome is measured or failed")
+        };
+        return (failed_row(c, config, &reason, source), None);
     };
     let Some(summary) = Summary::from_samples(&samples) else {
         let reason = "the timer produced no finite samples";
@@ -336,10 +347,11 @@ fn finish(
     let mut row = ResultRow::measured(c, config.protocol.warmup, &summary, source);
     row.provider = provider.to_string();
     row.reason = format!(
-        "stop {}: median ±{:.2}% (95%) after {} runs",
+        "stop {}: median ±{:.2}% (95%) after {} runs{}",
         stop.name(),
         summary.half_width() * 100.0,
-        summary.runs
+        summary.runs,
+        state_note(far.len(), far_only)
     );
     let samples = Samples {
         id: row.id.clone(),
@@ -347,8 +359,21 @@ fn finish(
         stop: Some(stop.name().to_string()),
         rounds: Some(rounds),
         conditions: Some(conditions),
+        far_ms: far,
+        far_only,
+        near_round_trip_ns: floor_ns.map(f64::round),
     };
     (row, Some(samples))
+}
+
+/// What a row's reason adds about the machine state its runs saw
+/// (`rounds::NearState`): nothing when every burst ran in the near state.
+fn state_note(far: usize, far_only: bool) -> String {
+    match (far, far_only) {
+        (_, true) => "; in the machine's far state only (docs/protocol.md, \"Two states\")".into(),
+        (0, false) => String::new(),
+        (n, false) => format!("; {n} runs in the machine's far state left out"),
+    }
 }
 
 /// A progress bar on a terminal, plain log lines otherwise.

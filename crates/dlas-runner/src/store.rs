@@ -30,9 +30,21 @@ pub struct Samples {
     /// The interleaved rounds it took part in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds: Option<usize>,
-    /// The machine's load, steal time and clock while it ran.
+    /// The machine's load, steal time and clock while it ran (its bursts
+    /// that count: those of `samples_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Conditions>,
+    /// Timed runs of bursts in the machine's far state, left out of
+    /// `samples_ms` and the median (`rounds::NearState`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub far_ms: Vec<f64>,
+    /// No burst ran in the near state: `samples_ms` are far-state runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub far_only: bool,
+    /// The near state's core-to-core round trip (the lowest read in the
+    /// run) when it stopped, in ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_round_trip_ns: Option<f64>,
 }
 
 impl Samples {
@@ -44,6 +56,9 @@ impl Samples {
             stop: None,
             rounds: None,
             conditions: None,
+            far_ms: Vec::new(),
+            far_only: false,
+            near_round_trip_ns: None,
         }
     }
 }

@@ -146,7 +146,7 @@ fn engine(
     threads: usize,
 ) -> Result<ExitCode> {
     use dlas_core::{Algorithm, Combination, Compression, Dataset};
-    use dlas_runner::rounds::{Adaptive, Outcome, Slot};
+    use dlas_runner::rounds::{Adaptive, NearState, Outcome, Slot};
     let specs = project.specs()?;
     let dlas = project.study("dlas", &specs)?;
     let compilers = project.study("compilers", &specs)?;
@@ -165,6 +165,13 @@ fn engine(
         "network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_low,ratio_high,ratio_vs_tract_opt,runs,round_trip_ns"
     );
     let mut verdicts = Vec::new();
+    // Every configuration's median counts the bursts of the machine's near
+    // state (`NearState`), read for a while first.
+    eprintln!(
+        "reading the machine's state for {:?}",
+        protocol.near_probe()
+    );
+    let mut near = NearState::probe(protocol.near_probe());
     // The engine's targets: its best dense fp32 algorithm's time over ONNX
     // Runtime's (docs/performance.md).
     for (study, dataset, model, int8, target) in [
@@ -249,8 +256,8 @@ fn engine(
         bar.set_message(format!("{dataset}/{model}"));
         dlas_runner::rounds::measure(
             slots,
-            &protocol,
-            study.protocol.seed,
+            (&protocol, study.protocol.seed),
+            &mut near,
             |i, outcome| {
                 match outcome {
                     Outcome::Measured {
@@ -305,17 +312,12 @@ fn engine(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Round trips further apart than this factor mean two configurations ran
-/// mostly in different machine states (tens against hundreds of ns:
-/// cores that share a cache, or not; docs/protocol.md, "Two states").
-const STATES_APART: f64 = 2.0;
-
 /// A target's verdict from a ratio's 95% interval, unless the two
 /// configurations' median round trips say they saw different machine
 /// states, where the ratio describes the machine as much as the code.
 fn verdict((low, high): (f64, f64), target: f64, trips: (Option<f64>, Option<f64>)) -> String {
     if let (Some(a), Some(b)) = trips
-        && a.max(b) > STATES_APART * a.min(b)
+        && a.max(b) > dlas_runner::rounds::STATES_APART * a.min(b)
     {
         return format!(
             "not decided: measured in different machine states (round trips {a:.0} and {b:.0} ns)"
