@@ -61,7 +61,7 @@ pub(crate) fn default_winograd(w: &Workload, threads: usize) -> WinogradSchedule
     let tiles = tile.tiles([w.out_h, w.out_w]);
     let per_tile = tile.points() * (w.in_channels + w.out_channels) * 4;
     let products = Workload::new(w.in_channels, w.out_channels, 1, 1, 0, 1, 1, tiles);
-    let g = default_gemm(&products, threads, false);
+    let g = gemm_schedule(&products, threads, false, false);
     let fit = (WINOGRAD_PASS_BYTES / per_tile) / g.nr * g.nr;
     WinogradSchedule {
         mr: g.mr,
@@ -108,8 +108,46 @@ const TRANSPOSE_CYCLES: f64 = 4.0;
 /// runs). Elsewhere it is `GemmSchedule::default()` in the layout's own
 /// orientation. Then the parallel loop runs over the dimension whose
 /// blocks spread best over `threads` threads (see [`task_panels`]), or
-/// that splits the larger operand.
+/// that splits the larger operand. 1x1 layers on small maps price 16-wide
+/// tiles as the wide ones (see [`narrow_tiles_pay`]).
 pub(crate) fn default_gemm(w: &Workload, threads: usize, nhwc: bool) -> GemmSchedule {
+    gemm_schedule(w, threads, nhwc, narrow_tiles_pay(w, nhwc))
+}
+
+/// How much more of its columns every wide tile must leave empty than a
+/// 16-wide one for the model to weigh the narrow tile (see
+/// [`narrow_tiles_pay`]).
+const NARROW_WASTE_MARGIN: f64 = 0.05;
+
+/// Whether the model prices a 16-wide tile as it prices the wide ones
+/// (by its FMAs alone), so that the columns each leaves empty decide: for
+/// 1x1 stride-1 NCHW convolutions whose map every wide tile (32, 48 or 64
+/// pixels) leaves at least [`NARROW_WASTE_MARGIN`] more empty than a
+/// 16-wide one. On a 14x14 map (196 pixels) the wide tiles leave 12.5-23%
+/// of their columns empty and a 16-wide one 6%. The load term makes an
+/// 8x16 tile 2.25x as costly per product as an 8x48 one, so the model
+/// never chose it, while the tuner's best schedule for six of the seven
+/// 1x1 layers of MobileNetV2 on 14x14 was 16 wide, 1.19-1.32x faster than
+/// the default (each timed alone, AMD EPYC Zen 4). Elsewhere the load term
+/// stands: where a wide tile divides the map (CIFAR-10's 32x32 to 8x8),
+/// pricing narrow tiles as wide ones chose them for their rows (8 divides
+/// more channel counts than 6) and made CIFAR-10 MobileNetV1 1.12x and
+/// MobileNetV2 1.03x as long.
+fn narrow_tiles_pay(w: &Workload, nhwc: bool) -> bool {
+    let n = w.out_pixels();
+    let empty = |nr: usize| 1.0 - n as f64 / n.next_multiple_of(nr) as f64;
+    let wide = [32, 48, 64]
+        .map(empty)
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    !nhwc
+        && (w.kernel, w.stride, w.padding, w.groups) == (1, 1, 0, 1)
+        && empty(16) + NARROW_WASTE_MARGIN < wide
+}
+
+/// [`default_gemm`]'s model, with 16-wide tiles priced as wide ones where
+/// `narrow` (Winograd's products never are).
+fn gemm_schedule(w: &Workload, threads: usize, nhwc: bool, narrow: bool) -> GemmSchedule {
     let natural = if nhwc {
         VectorAxis::OutputChannels
     } else {
@@ -130,7 +168,12 @@ pub(crate) fn default_gemm(w: &Workload, threads: usize, nhwc: bool) -> GemmSche
         let cost = |(mr, nr): (usize, usize), vectors: VectorAxis| {
             let (m, n) = shape(vectors);
             let nv = nr / 16;
-            let step = ((mr * nv) as f64 / 2.0).max((mr + nv) as f64);
+            let fmas = (mr * nv) as f64 / 2.0;
+            let step = if narrow && nv == 1 {
+                fmas
+            } else {
+                fmas.max((mr + nv) as f64)
+            };
             let steps = (m.div_ceil(mr) * n.div_ceil(nr) * w.reduction()) as f64;
             let transpose = if vectors == natural {
                 0.0
@@ -246,6 +289,25 @@ mod tests {
         let (per, balance) = task_panels(214, 2, 68);
         assert_eq!(per, 56);
         assert!((balance - 107.0 / 112.0).abs() < 1e-12);
+    }
+
+    /// 14x14 maps and ViT's 197 tokens, not maps a wide tile divides or
+    /// fills as well (32x32, 28x28, 56x56, 7x7), nor 3x3 or NHWC layers.
+    #[test]
+    fn narrow_tiles_only_where_every_wide_one_leaves_columns_empty() {
+        let one = |(h, w): (usize, usize)| Workload::new(96, 576, 1, 1, 0, 1, h, w);
+        assert!(narrow_tiles_pay(&one((14, 14)), false));
+        assert!(narrow_tiles_pay(&one((1, 197)), false));
+        for map in [(32, 32), (28, 28), (56, 56), (7, 7)] {
+            assert!(!narrow_tiles_pay(&one(map), false), "{map:?}");
+        }
+        assert!(!narrow_tiles_pay(&one((14, 14)), true));
+        let three = Workload::new(96, 576, 3, 1, 1, 1, 14, 14);
+        assert!(!narrow_tiles_pay(&three, false));
+        if Isa::detect() == Isa::Avx512 {
+            assert_eq!(default_gemm(&one((14, 14)), 2, false).nr, 16);
+            assert!(default_gemm(&one((32, 32)), 2, false).nr > 16);
+        }
     }
 
     #[test]
