@@ -245,6 +245,16 @@ impl State {
         split
     }
 
+    /// How many timed runs [`State::split`] would count as near, without
+    /// copying them.
+    fn near_runs(&self, state: &NearState) -> usize {
+        self.bursts
+            .iter()
+            .filter(|b| state.holds(&b.before) && state.holds(&b.after))
+            .map(|b| b.runs.len())
+            .sum()
+    }
+
     /// The outcome of a configuration that stopped for `stop`.
     fn outcome(self, stop: Stop, near: &NearState) -> Outcome {
         let split = self.split(near);
@@ -375,7 +385,7 @@ fn turn(
     let before = read();
     let started = Instant::now();
     run_once(&mut state.slot)?;
-    let (first, counted) = (state.samples.len(), state.split(near).near.len());
+    let (first, counted) = (state.samples.len(), state.near_runs(near));
     let timed_from = Instant::now();
     loop {
         let elapsed = run_once(&mut state.slot)?;
