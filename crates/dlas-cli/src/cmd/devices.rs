@@ -153,6 +153,10 @@ fn calibrate(
         host.efficiency.as_ref().map_or(0, |e| e.curves.len()),
         out.display()
     );
+    println!(
+        "{} of {} timings kept outside the machine's near state (it did not come within 10 s; docs/protocol.md, \"Two states\")",
+        calibration.outside, calibration.windows
+    );
     Ok(())
 }
 

@@ -11,6 +11,7 @@
 //! layers take the fastest of the default schedule and a seeded sample of
 //! the schedule space (a small stand-in for the tuner's search).
 
+use super::timer::{Timed, Timer};
 use anyhow::{Context, Result};
 use dlas_core::calibration::{Conversion, KernelFamily, LayerTiming, Precision};
 use dlas_core::{Dataset, Layout};
@@ -21,7 +22,6 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashSet;
-use std::time::Instant;
 
 /// Seed of the shape grid and of the schedule samples.
 pub const GRID_SEED: u64 = 0xca1b_2026;
@@ -304,22 +304,6 @@ fn prune(weight: &mut [f32], density: f64) {
     }
 }
 
-/// Median microseconds of one run: two warm-up runs, then at least 15
-/// runs and 60 ms.
-pub fn median_us(mut run: impl FnMut() -> Result<()>) -> Result<(f64, usize)> {
-    run()?;
-    run()?;
-    let mut samples = Vec::new();
-    let start = Instant::now();
-    while samples.len() < 15 || (start.elapsed().as_secs_f64() < 0.06 && samples.len() < 2000) {
-        let t = Instant::now();
-        run()?;
-        samples.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    samples.sort_by(f64::total_cmp);
-    Ok((samples[samples.len() / 2], samples.len()))
-}
-
 fn config(setup: &Setup, threads: usize) -> EngineConfig {
     // fp32 depthwise layers run the stencil under every algorithm; int8
     // depthwise layers run the int8 depthwise kernel under every algorithm;
@@ -358,7 +342,7 @@ fn config(setup: &Setup, threads: usize) -> EngineConfig {
 /// 1x1 depthwise convolution on 64 x 56 x 56) costs the fixed run cost,
 /// the conversions of its input and output, and almost nothing else, so
 /// what exceeds `run_us` over the values moved is that cost.
-pub fn conversions(threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
+pub fn conversions(timer: &mut Timer, threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
     let shape = Shape {
         in_channels: 64,
         out_channels: 64,
@@ -379,7 +363,7 @@ pub fn conversions(threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
                 tuned: false,
                 depthwise: true,
             };
-            let (us, _) = time(&setup, &shape, threads, 0)?;
+            let (us, _) = time(timer, &setup, &shape, threads, 0)?;
             Ok(Conversion {
                 precision,
                 ns_per_value: ((us - run_us) * 1e3 / values).max(0.0),
@@ -388,16 +372,19 @@ pub fn conversions(threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
         .collect()
 }
 
-/// A median in microseconds and the runs it was taken over.
-type Timed = (f64, usize);
-
 /// Times one class on one shape, warm: the untuned default, or the fastest
 /// of the default and `schedules` sampled schedules. (Until December 2026
 /// each layer was also timed with every cache flushed before each run;
 /// the model no longer uses such timings, see
 /// `dlas_devices::efficiency`, and with a last-level cache of hundreds of
 /// MiB the flushes took most of the calibration's time.)
-fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Result<Timed> {
+fn time(
+    timer: &mut Timer,
+    setup: &Setup,
+    shape: &Shape,
+    threads: usize,
+    schedules: usize,
+) -> Result<Timed> {
     let (graph, weights) = layer(shape, setup.sparse);
     let mut config = config(setup, threads);
     if setup.precision == Precision::I8 {
@@ -416,7 +403,7 @@ fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Resul
     }
     let input = dlas_zoo::weights::input(&graph, GRID_SEED, 1);
     let engine = Engine::compile(&graph, &weights, &config)?;
-    let mut best = median_us(|| engine.run(&input, 1).map(drop))?;
+    let mut best = timer.median_us(|| engine.run(&input, 1).map(drop))?;
     let default = engine.default_scheduled().first().copied();
     if let (true, Some(key)) = (setup.tuned, default) {
         let mut rng = ChaCha8Rng::seed_from_u64(GRID_SEED ^ shape.macs() as u64);
@@ -430,7 +417,7 @@ fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Resul
             let Ok(candidate_engine) = Engine::compile(&graph, &weights, &config) else {
                 continue;
             };
-            let timed = median_us(|| candidate_engine.run(&input, 1).map(drop))?;
+            let timed = timer.median_us(|| candidate_engine.run(&input, 1).map(drop))?;
             if timed.0 < best.0 {
                 best = timed;
             }
@@ -442,6 +429,7 @@ fn time(setup: &Setup, shape: &Shape, threads: usize, schedules: usize) -> Resul
 /// Times every class on its shapes of the grid, reporting each layer to
 /// `progress`.
 pub fn benchmark(
+    timer: &mut Timer,
     threads: usize,
     extent: Extent,
     mut progress: impl FnMut(usize, usize),
@@ -460,7 +448,7 @@ pub fn benchmark(
         let shapes = shapes_of(setup);
         for shape in shapes {
             progress(out.len(), total);
-            let (median_us, runs) = time(setup, shape, threads, extent.schedules)
+            let (median_us, runs) = time(timer, setup, shape, threads, extent.schedules)
                 .with_context(|| format!("timing {setup:?} on {shape:?}"))?;
             out.push(LayerTiming {
                 family: setup.family,
@@ -568,9 +556,11 @@ mod tests {
             groups: 8,
             ..shape
         };
+        let mut timer = Timer::ungated();
         for setup in setups() {
             let s = if setup.depthwise { &dw } else { &shape };
-            let (us, runs) = time(&setup, s, 1, 2).unwrap_or_else(|e| panic!("{setup:?}: {e:#}"));
+            let (us, runs) =
+                time(&mut timer, &setup, s, 1, 2).unwrap_or_else(|e| panic!("{setup:?}: {e:#}"));
             assert!(us > 0.0 && runs >= 15, "{setup:?}");
         }
     }

@@ -8,12 +8,16 @@
 //!   engine's cost per layer (the slope of a chain of tiny layers).
 //! - [`layers`]: the engine's kernels timed one layer at a time.
 //!
+//! Every timing of the engine (overheads, conversions, layers) is a window
+//! in the machine's near state ([`timer`]), as the campaign's bursts are.
+//!
 //! Nothing here runs a network of the zoo: network timings are what the
 //! calibrated model is validated against (`dlas validate`), never an input.
 
 pub mod layers;
 pub mod memory;
 pub mod peak;
+pub mod timer;
 
 use anyhow::Result;
 use dlas_core::calibration::{LayerTiming, Machine, Peak};
@@ -22,12 +26,17 @@ use dlas_engine::{Engine, EngineConfig, FormatChoice, KernelAlgorithm};
 use dlas_zoo::{GraphBuilder, Op};
 
 pub use layers::Extent;
+use timer::Timer;
 
 /// Everything `dlas devices calibrate` measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Calibration {
     pub machine: Machine,
     pub layers: Vec<LayerTiming>,
+    /// Timings taken, and those kept outside the near state after waiting
+    /// for it ([`Timer`]).
+    pub windows: usize,
+    pub outside: usize,
 }
 
 /// What the calibration reports as it goes.
@@ -42,6 +51,8 @@ pub fn calibrate(
     extent: Extent,
     progress: &mut dyn Progress,
 ) -> Result<Calibration> {
+    progress.stage("the machine's near state");
+    let mut timer = Timer::probe(timer::NEAR_PROBE);
     progress.stage("FMA peaks");
     let mut fma = Vec::new();
     let mut int8 = Vec::new();
@@ -66,11 +77,13 @@ pub fn calibrate(
     let caches = memory::caches();
     let bandwidth = memory::bandwidths(&caches, threads);
     progress.stage("overheads");
-    let region_us = region_us(threads)?;
-    let (run_us, layer_us) = run_and_layer_us(threads)?;
-    let conversions = layers::conversions(threads, run_us)?;
+    let region_us = region_us(&mut timer, threads)?;
+    let (run_us, layer_us) = run_and_layer_us(&mut timer, threads)?;
+    let conversions = layers::conversions(&mut timer, threads, run_us)?;
     progress.stage("layer micro-benchmarks");
-    let layers = layers::benchmark(threads, extent, |done, total| progress.layer(done, total))?;
+    let layers = layers::benchmark(&mut timer, threads, extent, |done, total| {
+        progress.layer(done, total)
+    })?;
     Ok(Calibration {
         machine: Machine {
             threads,
@@ -85,15 +98,17 @@ pub fn calibrate(
             conversions,
         },
         layers,
+        windows: timer.windows,
+        outside: timer.outside,
     })
 }
 
 /// Median cost of one empty parallel region on a pool of `threads`.
-fn region_us(threads: usize) -> Result<f64> {
+fn region_us(timer: &mut Timer, threads: usize) -> Result<f64> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()?;
-    let (us, _) = layers::median_us(|| {
+    let (us, _) = timer.median_us(|| {
         pool.broadcast(|c| std::hint::black_box(c.index()));
         Ok(())
     })?;
@@ -104,8 +119,8 @@ fn region_us(threads: usize) -> Result<f64> {
 /// 1x1 convolutions on one channel of one pixel is almost nothing but
 /// per-layer work, so the slope between 1 and 33 layers is the cost of a
 /// layer and the intercept the cost of a run.
-fn run_and_layer_us(threads: usize) -> Result<(f64, f64)> {
-    let chain = |n: usize| -> Result<f64> {
+fn run_and_layer_us(timer: &mut Timer, threads: usize) -> Result<(f64, f64)> {
+    let mut chain = |n: usize| -> Result<f64> {
         let mut b = GraphBuilder::with_input("calibration-chain", Dataset::Cifar10, [1, 1, 1]);
         let mut x = b.input();
         for _ in 0..n {
@@ -122,7 +137,7 @@ fn run_and_layer_us(threads: usize) -> Result<(f64, f64)> {
         };
         let engine = Engine::compile(&graph, &weights, &config)?;
         let input = [0.5f32];
-        Ok(layers::median_us(|| engine.run(&input, 1).map(drop))?.0)
+        Ok(timer.median_us(|| engine.run(&input, 1).map(drop))?.0)
     };
     let one = chain(1)?;
     let layer = ((chain(33)? - one) / 32.0).max(0.0);
