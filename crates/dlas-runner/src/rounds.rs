@@ -73,7 +73,7 @@ impl Adaptive {
     /// from its own bursts.
     pub fn near_probe(&self) -> Duration {
         if self.half_width > 0.0 {
-            Duration::from_secs(10)
+            NEAR_PROBE
         } else {
             Duration::ZERO
         }
@@ -91,6 +91,11 @@ impl Adaptive {
         }
     }
 }
+
+/// How long a measurement reads round trips before its first timing
+/// ([`NearState::probe`]): long enough, where the two states were seen
+/// (each lasting 2-10 s), to meet the near one.
+pub const NEAR_PROBE: Duration = Duration::from_secs(10);
 
 /// Round trips further apart than this factor belong to different machine
 /// states: tens against hundreds of ns, cores that share a cache or not

@@ -52,7 +52,7 @@ pub fn calibrate(
     progress: &mut dyn Progress,
 ) -> Result<Calibration> {
     progress.stage("the machine's near state");
-    let mut timer = Timer::probe(timer::NEAR_PROBE);
+    let mut timer = Timer::probe(crate::rounds::NEAR_PROBE);
     progress.stage("FMA peaks");
     let mut fma = Vec::new();
     let mut int8 = Vec::new();

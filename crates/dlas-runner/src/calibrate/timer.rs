@@ -17,10 +17,6 @@ use crate::rounds::NearState;
 use anyhow::Result;
 use std::time::{Duration, Instant};
 
-/// How long the calibration first reads round trips, as `dlas run` does
-/// (`rounds::Adaptive::near_probe`).
-pub const NEAR_PROBE: Duration = Duration::from_secs(10);
-
 /// How long one timing waits for the near state before it keeps a window
 /// timed outside it: the states seen last 2-10 s.
 const NEAR_WAIT: Duration = Duration::from_secs(10);
