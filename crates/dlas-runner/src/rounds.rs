@@ -734,6 +734,41 @@ mod tests {
         assert!(slow_floor.holds(&at(300.0)) && !slow_floor.holds(&at(400.0)));
     }
 
+    /// Too few near-state runs at the budget: the row keeps the ones it
+    /// has (one 100 ms burst of 1 ms runs, under `min_runs`) and leaves
+    /// the far ones out, as `docs/protocol.md` says.
+    #[test]
+    fn a_budget_spent_with_few_near_runs_keeps_only_those() {
+        let mut near = NearState {
+            floor_ns: Some(60.0),
+        };
+        let protocol = Adaptive {
+            min_runs: 150,
+            budget: Duration::from_secs(1),
+            ..protocol()
+        };
+        match two_states(protocol, &mut near, |burst| burst > 0) {
+            Outcome::Measured {
+                samples,
+                far,
+                far_only,
+                stop,
+                ..
+            } => {
+                assert_eq!((stop, far_only), (Stop::Budget, false));
+                assert!(
+                    !samples.is_empty() && samples.len() < 150,
+                    "{}",
+                    samples.len()
+                );
+                assert!(samples.iter().all(|&ms| ms < 10.0), "{samples:?}");
+                assert!(samples.len() + far.len() >= 150);
+                assert!(far.iter().all(|&ms| ms >= 10.0), "{far:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn a_configuration_never_in_the_near_state_is_measured_in_the_far_one() {
         // The run met the near state before this configuration began.
