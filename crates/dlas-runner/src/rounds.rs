@@ -423,7 +423,8 @@ fn turn(
     }
     if counted.len() < protocol.min_runs {
         // Enough runs, too few of them in the near state: the budget
-        // ends it, measured in whichever state it ran.
+        // ends it, with the near-state runs it has, or all of them if
+        // none was near (`State::outcome`).
         if n >= protocol.min_runs && state.spent >= protocol.budget {
             return Ok(Some(Stop::Budget));
         }
