@@ -1,4 +1,5 @@
 //! Records the compiler version for the environment record.
+#![allow(clippy::print_stdout)] // cargo reads build scripts' directives from standard output
 
 fn main() {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());

@@ -68,7 +68,6 @@ enum Command {
 const MAX_ERROR_BYTES: usize = 4096;
 
 fn main() -> ExitCode {
-    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result =
         project::Project::locate(cli.root.as_deref()).and_then(|project| match cli.command {
@@ -93,7 +92,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) if is_broken_pipe(&error) && stdout_closed() => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", capped(&format!("{error:#}")));
+            dlas_core::errln!("error: {}", capped(&format!("{error:#}")));
             ExitCode::FAILURE
         }
     }
@@ -117,22 +116,12 @@ fn capped(text: &str) -> String {
 
 /// A reader that closes `dlas`'s output early (`dlas plan | head`) ends the
 /// command quietly and successfully, as it ends coreutils' commands: Rust
-/// ignores SIGPIPE, so without this `println!` panics and `writeln!`
-/// returns an error. Restoring SIGPIPE instead would also kill `dlas` when a
-/// child process (ssh, Slurm) closes a pipe, which must stay an error.
-fn quiet_on_closed_stdout() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let printing = info
-            .payload_as_str()
-            .is_some_and(|m| m.starts_with("failed printing to stdout"));
-        if printing && stdout_closed() {
-            std::process::exit(0);
-        }
-        default(info);
-    }));
-}
-
+/// ignores SIGPIPE, so a command that writes with `writeln!` gets an error
+/// it returns, which `main` recognises here; lines printed with
+/// `dlas_core::outln!` are dropped. Restoring SIGPIPE instead would also
+/// kill `dlas` when a child process (ssh, Slurm) closes a pipe, which must
+/// stay an error, and would stop a measurement between two rows.
+///
 /// Whether the error comes from a write to a closed pipe.
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {

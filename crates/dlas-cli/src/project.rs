@@ -61,6 +61,7 @@ impl Project {
     /// specifications and the compilers of this build.
     pub fn study(&self, name: &str, specs: &[DeviceSpec]) -> Result<Study> {
         let study = Study::load(name, &self.studies_dir())?;
+        self.check_own_name(&study)?;
         for model in &study.onnx_models {
             // A user's model named like a zoo network would share its
             // combination ids, so results of the two could not be told apart.
@@ -97,6 +98,28 @@ impl Project {
         study.check_open_axis("device", &devices)?;
         study.check_open_axis("compiler", &compilers())?;
         Ok(study)
+    }
+
+    /// A study's name is its folders' name (results, figures, tables): a
+    /// study file may take the name of a study in `data/studies` only if it
+    /// is that file, so a user's copy never writes over the committed
+    /// study's results or report.
+    fn check_own_name(&self, study: &Study) -> Result<()> {
+        let committed = self.studies_dir().join(format!("{}.toml", study.name));
+        let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        if committed.is_file() && !same(&committed, &study.path) {
+            bail!(
+                "{}: the study is named `{}`, the name of {}, whose results and report it would \
+                 overwrite; give it a name of its own",
+                study.path.display(),
+                study.name,
+                committed.display()
+            );
+        }
+        Ok(())
     }
 
     /// The results folder of a study.

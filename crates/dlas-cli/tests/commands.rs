@@ -49,7 +49,9 @@ fn unknown_filter_value_lists_valid_ones() {
 #[test]
 fn malformed_study_names_file_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(root().join("data/studies/dlas.toml")).unwrap();
+    let text = std::fs::read_to_string(root().join("data/studies/dlas.toml"))
+        .unwrap()
+        .replace("name = \"dlas\"", "name = \"edited\"");
     let broken = dir.path().join("broken.toml");
     std::fs::write(&broken, text.replace("runs = 150", "runs = \"many\"")).unwrap();
     let err = fails(&["plan", "--study", broken.to_str().unwrap()]);
@@ -186,7 +188,9 @@ fn user_model_with_wrong_hash_is_refused_before_measuring() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("mine.onnx");
     std::fs::write(&model, b"not really onnx").unwrap();
-    let study = std::fs::read_to_string(root().join("data/studies/dlas.toml")).unwrap();
+    let study = std::fs::read_to_string(root().join("data/studies/dlas.toml"))
+        .unwrap()
+        .replace("name = \"dlas\"", "name = \"mine\"");
     let study = format!(
         "{study}\n[[onnx_model]]\nid = \"mine\"\ndataset = \"cifar10\"\npath = \"mine.onnx\"\nsha256 = \"{}\"\n",
         "0".repeat(64)

@@ -7,6 +7,9 @@
 //! seeds until their time is up, printing how many inputs each took. A panic
 //! fails the test with proptest's shrunk input.
 
+// Its helper reports the inputs each target took (clippy lets only #[test]s print).
+#![allow(clippy::print_stdout)]
+
 mod common;
 
 use common::root;
@@ -248,7 +251,10 @@ fn fuzz_tuning_records() {
     ];
     file_reader("tuning_records", seeds, |path| {
         if let Ok(loaded) = dlas_tune::records::load(path) {
+            // Bad bytes and costs are skipped line by line, never kept.
+            assert!(loaded.records.iter().all(|r| r.check().is_ok()));
             let best = dlas_tune::records::BestOf::from_records(&loaded.records);
+            assert!(best.entries.iter().all(|e| e.cost_ms > 0.0));
             for fingerprint in best.fingerprints() {
                 let _ = best.table(fingerprint, 2, 1);
             }
@@ -283,8 +289,26 @@ fn fuzz_environment() {
         "compilers/archive/env-20cd37d86cfc",
     ]
     .map(|e| std::fs::read(root().join(format!("data/results/{e}.json"))).unwrap());
-    file_reader("environment", seeds.to_vec(), |path| {
-        let _ = dlas_runner::environment::Environment::load(path);
+    // Saved under a record's name, so that its id is checked against its
+    // content; a record that loads renders in Table 1's cells on one row.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("env-94f1df2963ac.json");
+    fuzz("environment", inputs(seeds.to_vec()), |bytes| {
+        std::fs::write(&path, &bytes).unwrap();
+        if let Ok(env) = dlas_runner::environment::Environment::load(&path) {
+            assert_eq!(env.id(), "env-94f1df2963ac");
+            let table = dlas_report::Table {
+                number: 1,
+                title: "hosts".into(),
+                columns: vec!["cpu".into(), "os".into(), "kernel".into()],
+                rows: vec![vec![env.cpu_model, env.os, env.kernel]],
+                footer: String::new(),
+            };
+            let md = table.markdown();
+            assert_eq!(md.lines().filter(|l| l.starts_with('|')).count(), 3, "{md}");
+            let tex = table.latex();
+            assert_eq!(tex.lines().filter(|l| l.ends_with(" \\\\")).count(), 2, "{tex}");
+        }
     });
 }
 

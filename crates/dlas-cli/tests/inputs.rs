@@ -9,9 +9,12 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The DLAS study with `edit` applied, written into `dir`.
+/// The DLAS study, renamed `edited` (a study's name is its folders'),
+/// with `edit` applied, written into `dir`.
 fn study_with(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("data/studies/dlas.toml")).unwrap();
+    let text = std::fs::read_to_string(root().join("data/studies/dlas.toml"))
+        .unwrap()
+        .replace("name = \"dlas\"", "name = \"edited\"");
     let path = dir.join("edited.toml");
     std::fs::write(&path, edit(text)).unwrap();
     path

@@ -1,5 +1,8 @@
 //! End-to-end: compress CIFAR networks, export, run in tract, and check the reports.
 
+// Helpers outside #[test] functions print too (clippy.toml lets only tests print).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use dlas_compress::{
     CalibrationMethod, Compressed, Footprint, Removal, Request, Tract, compress, footprint,
 };

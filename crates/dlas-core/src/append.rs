@@ -70,6 +70,7 @@ pub fn lock(path: &Path, create: bool) -> Result<Option<Locked>> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
         };
+        crate::regular_file::check(&file, path)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => bail!(

@@ -6,7 +6,10 @@ use std::path::Path;
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a
 /// rename, so a reader (or a crash) sees either the old file or the new one.
+/// `path` must be a regular file or absent; a symbolic link is followed and
+/// its target replaced (`crate::regular_file`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let path = &crate::regular_file::resolve_output(path)?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -34,6 +37,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Like [`write_atomic`], but leaves the file untouched when its content is
 /// already `bytes`, so regenerating an unchanged artifact keeps its mtime.
 pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
+    // Resolved before reading: reading a device such as /dev/full never ends.
+    let path = &crate::regular_file::resolve_output(path)?;
     if std::fs::read(path).is_ok_and(|old| old == bytes) {
         return Ok(false);
     }

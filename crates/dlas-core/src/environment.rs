@@ -66,12 +66,26 @@ impl Environment {
             && self.logical_cpus == other.logical_cpus
     }
 
+    /// Reads the record at `path`. A record saved as `<id>.json` must
+    /// still have that id: rows name their environment by it, so a record
+    /// edited after the rows were measured no longer describes them.
     pub fn load(path: &Path) -> Result<Environment> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = crate::regular_file::read_to_string(path).map_err(|e| {
             anyhow::anyhow!("cannot read environment record {}: {e}", path.display())
         })?;
-        serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{} is not an environment record: {e}", path.display()))
+        let record: Environment = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not an environment record: {e}", path.display()))?;
+        let named = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        if named.starts_with("env-") && named != record.id() {
+            anyhow::bail!(
+                "{}: the record's content hashes to {}, not to the id {named} its name gives; \
+                 it was changed after its rows were measured, so it no longer describes them \
+                 (restore it from git, or measure again)",
+                path.display(),
+                record.id()
+            );
+        }
+        Ok(record)
     }
 }
 
@@ -111,6 +125,20 @@ mod tests {
         let path = a.save(dir.path()).unwrap();
         assert_eq!(path, dir.path().join(format!("{}.json", a.id())));
         assert_eq!(Environment::load(&path).unwrap(), a);
+    }
+
+    #[test]
+    fn a_record_whose_content_no_longer_hashes_to_its_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = record().save(dir.path()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("\"cpu\"", "\"cpu | x\"")).unwrap();
+        let err = Environment::load(&path).unwrap_err().to_string();
+        assert!(err.contains("the record's content hashes to env-"), "{err}");
+        assert!(
+            err.contains(&format!("not to the id {}", record().id())),
+            "{err}"
+        );
     }
 
     #[test]

@@ -8,13 +8,16 @@ pub mod append;
 pub mod atomic;
 pub mod axes;
 pub mod calibration;
+pub mod console;
 pub mod environment;
 pub mod filter;
 pub mod plan;
 pub mod protocol;
+pub mod regular_file;
 pub mod results;
 pub mod stats;
 pub mod study;
+pub mod text;
 
 pub use axes::{Algorithm, Compression, Dataset, Format, Layout};
 pub use environment::Environment;

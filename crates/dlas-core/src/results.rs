@@ -8,9 +8,10 @@ use crate::append::{self, LineFile};
 use crate::axes::{Algorithm, Compression, Dataset, Format, Layout};
 use crate::plan::{Combination, format_level};
 use crate::stats::Summary;
+use crate::study::cut;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 /// What happened to a combination.
@@ -164,6 +165,7 @@ impl ResultRow {
     /// positive and the spread (`stddev_ms`, `cv`) not negative. The error
     /// is `field <column>: <why>`.
     pub fn check(&self) -> Result<(), String> {
+        self.check_text()?;
         let timed = self.status.has_timing();
         let status = self.status.name();
         if timed && self.median_ms.is_none() {
@@ -203,6 +205,63 @@ impl ResultRow {
     }
 }
 
+impl ResultRow {
+    /// The combination the row's axes name.
+    pub fn combination(&self) -> Result<Combination, String> {
+        let level: f64 = self
+            .level
+            .parse()
+            .map_err(|_| format!("field level: `{}` is not a number", cut(&self.level)))?;
+        Ok(Combination {
+            dataset: self.dataset,
+            model: self.model.clone(),
+            compression: self.compression,
+            level,
+            algorithm: self.algorithm,
+            format: self.format,
+            layout: self.layout,
+            compiler: self.compiler.clone(),
+            tuned: self.tuned,
+            device: self.device.clone(),
+            batch: self.batch,
+        })
+    }
+
+    /// The text fields: each one printable line; the id the hash of the
+    /// row's own axes (so an empty, edited or copied id is caught); the
+    /// source a whole `env-` or `mock-v` tag (it names a file).
+    fn check_text(&self) -> Result<(), String> {
+        for (field, text) in [
+            ("id", &self.id),
+            ("model", &self.model),
+            ("level", &self.level),
+            ("compiler", &self.compiler),
+            ("device", &self.device),
+            ("reason", &self.reason),
+            ("provider", &self.provider),
+            ("source", &self.source),
+        ] {
+            crate::text::check_printable(field, text)?;
+        }
+        let expected = self.combination()?.id();
+        if self.id != expected {
+            return Err(format!(
+                "field id: `{}` is not the id of the row's combination, which is {expected} \
+                 (the first 16 hex digits of the sha256 of its canonical form)",
+                cut(&self.id)
+            ));
+        }
+        if !has_whole_source(self) {
+            return Err(format!(
+                "field source: `{}` is neither `env-` and 12 hex digits (an environment record) \
+                 nor `mock-v` and a model version",
+                cut(&self.source)
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Status {
     /// The status as the results file spells it.
     pub fn name(self) -> &'static str {
@@ -219,7 +278,7 @@ impl Status {
 /// or a number the schema does not allow is an error naming the file (and
 /// the line and column).
 pub fn read_results(path: &Path) -> Result<Vec<ResultRow>> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::regular_file::read_to_string(path)
         .with_context(|| format!("cannot read results file {}", path.display()))?;
     parse_results(path, &text)
 }
@@ -253,7 +312,10 @@ pub fn parse_results(path: &Path, text: &str) -> Result<Vec<ResultRow>> {
             expected.trim_end()
         );
     }
-    let mut rows = Vec::new();
+    let mut rows: Vec<ResultRow> = Vec::new();
+    // id -> (index in `rows`, line) of the row that stands for it.
+    let mut seen: HashMap<String, (usize, u64)> = HashMap::new();
+    let mut superseded = Vec::new();
     for record in reader.records() {
         let invalid = |line: u64, why: &dyn std::fmt::Display| {
             anyhow::anyhow!(
@@ -271,7 +333,31 @@ pub fn parse_results(path: &Path, text: &str) -> Result<Vec<ResultRow>> {
             .map_err(|e| invalid(line, &e))?;
         row.check()
             .map_err(|why| anyhow::anyhow!("{}:{line}: {why}", path.display()))?;
+        if let Some(&(earlier, first_line)) = seen.get(&row.id) {
+            if rows[earlier].status != Status::Failed {
+                bail!(
+                    "{}:{line}: id {} repeats the row of line {first_line} (status {}); a results \
+                     file holds one row per combination, except that a failed row may be followed \
+                     by its re-measurement (`dlas run --retry-failed`), which replaces it",
+                    path.display(),
+                    row.id,
+                    rows[earlier].status.name()
+                );
+            }
+            superseded.push(earlier);
+        }
+        seen.insert(row.id.clone(), (rows.len(), line));
         rows.push(row);
+    }
+    // A failed row followed by its re-measurement: the later row stands.
+    if !superseded.is_empty() {
+        let gone: HashSet<usize> = superseded.into_iter().collect();
+        rows = rows
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !gone.contains(i))
+            .map(|(_, r)| r)
+            .collect();
     }
     Ok(rows)
 }
@@ -362,13 +448,22 @@ impl ResultsAppender {
                 return line == header.trim_end();
             }
             let text = format!("{header}{line}\n");
-            parse_results(path, &text).is_ok_and(|rows| rows.iter().all(has_whole_source))
+            parse_results(path, &text).is_ok()
         };
         let (mut file, text, warning) = LineFile::open(locked, complete)?;
         let rows = if text.is_empty() {
             file.append(header.as_bytes())?;
             Vec::new()
         } else {
+            if text.split('\n').next().is_some_and(|l| l.ends_with('\r')) {
+                bail!(
+                    "{}:1: the file's lines end in CRLF (\\r\\n, as Windows editors write them); \
+                     dlas appends LF lines and never mixes the two: convert it with \
+                     `sed -i 's/\\r$//' {}` (or dos2unix), or write to another file",
+                    path.display(),
+                    path.display()
+                );
+            }
             if !text.starts_with(&header) {
                 bail!(
                     "{}:1: the header differs from this dlas's columns `{}`, so rows cannot be \
@@ -424,7 +519,10 @@ impl Drop for ResultsAppender {
 fn has_whole_source(row: &ResultRow) -> bool {
     match row.source.strip_prefix("env-") {
         Some(hex) => hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
-        None => row.source.starts_with("mock-v"),
+        None => row
+            .source
+            .strip_prefix("mock-v")
+            .is_some_and(crate::text::is_identifier),
     }
 }
 
@@ -474,8 +572,18 @@ mod tests {
     }
 
     fn measured() -> ResultRow {
+        measured_at(1)
+    }
+
+    /// The measured row of [`combination`] at batch size `batch`: rows of
+    /// one file are of different combinations.
+    fn measured_at(batch: usize) -> ResultRow {
         let summary = Summary::from_samples(&[1.49, 1.5, 1.51]).unwrap();
-        ResultRow::measured(&combination(), 1, &summary, "env-0123456789ab")
+        let c = Combination {
+            batch,
+            ..combination()
+        };
+        ResultRow::measured(&c, 1, &summary, "env-0123456789ab")
     }
 
     fn open(path: &Path) -> (ResultsAppender, Option<String>) {
@@ -504,9 +612,9 @@ mod tests {
             "{warning}"
         );
         assert_eq!(appender.rows(), std::slice::from_ref(&row));
-        appender.append(&row).unwrap();
+        appender.append(&measured_at(2)).unwrap();
         drop(appender);
-        assert_eq!(read_results(&path).unwrap(), vec![row.clone(), row]);
+        assert_eq!(read_results(&path).unwrap(), vec![row, measured_at(2)]);
     }
 
     /// A last row that is whole but for its newline is kept, not cut off;
@@ -515,16 +623,15 @@ mod tests {
     fn a_last_row_lacking_only_its_newline_is_kept() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.csv");
-        let (a, mut b) = (measured(), measured());
-        b.batch = 2;
+        let (a, b, c) = (measured(), measured_at(2), measured_at(3));
         let text = String::from_utf8(to_csv(&[a.clone(), b.clone()]).unwrap()).unwrap();
         std::fs::write(&path, text.trim_end()).unwrap();
         let (mut appender, warning) = open(&path);
         assert!(warning.unwrap().contains("lacked its newline"));
         assert_eq!(appender.rows(), [a.clone(), b.clone()]);
-        appender.append(&a).unwrap();
+        appender.append(&c).unwrap();
         drop(appender);
-        assert_eq!(read_results(&path).unwrap(), vec![a.clone(), b, a.clone()]);
+        assert_eq!(read_results(&path).unwrap(), vec![a.clone(), b, c]);
         std::fs::write(&path, &text[..text.len() - 3]).unwrap();
         let (appender, warning) = open(&path);
         assert!(warning.unwrap().contains("dropped its partial last line"));
@@ -619,7 +726,13 @@ mod tests {
             ":1: no column median_ms; a results file has",
         );
         // A failed row has no timing to check.
-        let failed = ResultRow::without_timing(&combination(), 1, Status::Failed, "x", "s");
+        let failed = ResultRow::without_timing(
+            &combination(),
+            1,
+            Status::Failed,
+            "x",
+            "env-0123456789ab",
+        );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.csv");
         std::fs::write(&path, to_csv(std::slice::from_ref(&failed)).unwrap()).unwrap();
@@ -661,7 +774,7 @@ mod tests {
                 1,
                 Status::Skipped,
                 "x",
-                "s",
+                "env-0123456789ab",
             )])
             .unwrap(),
         )
@@ -670,6 +783,30 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let err = read_results(&path).unwrap_err().to_string();
         assert!(err.contains("bad.csv:3"), "{err}");
+    }
+
+    /// One row per combination, but for a failed row followed by its
+    /// re-measurement (`dlas run --retry-failed`), which replaces it.
+    #[test]
+    fn a_repeated_id_is_refused_unless_it_re_measures_a_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        let failed =
+            ResultRow::without_timing(&combination(), 1, Status::Failed, "x", "env-0123456789ab");
+        let text = |rows: &[ResultRow]| to_csv(rows).unwrap();
+        std::fs::write(&path, text(&[failed.clone(), measured_at(2), measured()])).unwrap();
+        assert_eq!(read_results(&path).unwrap(), [measured_at(2), measured()]);
+        std::fs::write(&path, text(&[failed.clone(), failed.clone()])).unwrap();
+        assert_eq!(read_results(&path).unwrap(), [failed.clone()]);
+        std::fs::write(&path, text(&[measured(), measured_at(2), failed])).unwrap();
+        let err = read_results(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "r.csv:4: id {} repeats the row of line 2 (status ok)",
+                measured().id
+            )),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,9 +17,18 @@ pub use crate::protocol::{
     BATCH, INTERLEAVE, MAX_TIMEOUT_S, Protocol, RUNS, THREADS, WARMUP, check_bound, check_timeout,
 };
 
-/// User text in backquotes for an error message, cut by [`cut`].
+/// User text in backquotes for an error message, cut by [`cut`], with
+/// characters that do not print on one line (`crate::text::unprintable`)
+/// written as escapes, so a quoted newline cannot split the message.
 pub fn quote(text: &str) -> String {
-    format!("`{}`", cut(text))
+    let shown: String = cut(text)
+        .chars()
+        .map(|c| match crate::text::unprintable(&c.to_string()) {
+            Some(_) => c.escape_unicode().to_string(),
+            None => c.to_string(),
+        })
+        .collect();
+    format!("`{shown}`")
 }
 
 /// User text cut to [`QUOTE_CHARS`] characters, so that a huge value or line
@@ -87,7 +96,7 @@ pub struct Rule {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StudyFile {
-    name: String,
+    name: Spanned<String>,
     title: String,
     protocol: Spanned<Protocol>,
     dataset: Vec<Spanned<DatasetEntry>>,
@@ -146,7 +155,7 @@ impl Study {
         } else {
             studies_dir.join(format!("{name_or_path}.toml"))
         };
-        let source = std::fs::read_to_string(&path).with_context(|| {
+        let source = crate::regular_file::read_to_string(&path).with_context(|| {
             let known = list_studies(studies_dir).join(", ");
             format!(
                 "cannot read study file {} (studies in {}: {known})",
@@ -162,7 +171,7 @@ impl Study {
         let file: StudyFile = toml::from_str(source).map_err(|e| syntax_error(source, path, &e))?;
         let study = Study {
             path: path.to_path_buf(),
-            name: file.name.clone(),
+            name: file.name.get_ref().clone(),
             title: file.title.clone(),
             protocol: file.protocol.get_ref().clone(),
             datasets: file.dataset.iter().map(|d| d.get_ref().clone()).collect(),
@@ -180,6 +189,7 @@ impl Study {
             onnx_models: file.onnx_model.clone(),
             source: source.to_string(),
         };
+        study.check_names(&file)?;
         study.check_unique(&file)?;
         study.check_not_empty(&file)?;
         study.check()?;
@@ -364,6 +374,25 @@ impl Study {
     /// device, compiler, compression, rule or value of a closed axis): the
     /// plan would hold the same combination twice and results keyed by id
     /// would keep one copy silently. The error names both places.
+    /// The study's name and its users' model ids become folder and file
+    /// names (`data/results/<name>/`, `figures/<name>/`, model files), so
+    /// each must be an identifier, not a path.
+    fn check_names(&self, file: &StudyFile) -> Result<()> {
+        let names = std::iter::once(("name", &file.name))
+            .chain(file.onnx_model.iter().map(|m| ("onnx_model id", &m.id)));
+        for (what, name) in names {
+            if !crate::text::is_identifier(name.get_ref()) {
+                bail!(
+                    "{}: the study's {what} is {}; it names files and folders, so it must be {}",
+                    self.locate(name.span().start),
+                    quote(name.get_ref()),
+                    crate::text::IDENTIFIER_RULE
+                );
+            }
+        }
+        Ok(())
+    }
+
     fn check_unique(&self, file: &StudyFile) -> Result<()> {
         let datasets = file
             .dataset

@@ -214,7 +214,7 @@ fn main() -> anyhow::Result<()> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
     // Best of three: the machine may be shared, and a peak is a maximum.
     let peak = (0..3).map(|_| peak_gflops(THREADS)).fold(0.0, f64::max);
-    println!(
+    dlas_core::outln!(
         "fp32 FMA peak ({}), {THREADS} threads: {peak:.1} GFLOP/s (single thread {:.1})\n",
         fma_width().map_or("none", |w| w.0),
         peak_gflops(1)
@@ -227,16 +227,22 @@ fn main() -> anyhow::Result<()> {
         .map(|&a| Engine::compile(&resnet, &weights, &config(a, FormatChoice::Dense)))
         .collect::<anyhow::Result<_>>()?;
     if want("layers") {
-        println!(
+        dlas_core::outln!(
             "ResNet-18 CIFAR-10 layers, batch 1, {THREADS} threads: GFLOP/s (% of peak); gemm* = best of {} gemm schedules",
             gemm_candidates(engines[0].layers().next().expect("a layer").workload()).len()
         );
-        println!(
+        dlas_core::outln!(
             "winograd: (gemm) where the layer is not 3x3 stride 1 and runs the gemm; * where it is, but on fewer than 16 output tiles, so the network runs the gemm there (timed alone); gemm/wino = gemm's time over winograd's"
         );
-        println!(
+        dlas_core::outln!(
             "{:<34} {:>14} {:>14} {:>14} {:>14} {:>9} {:>14}",
-            "layer", "direct", "gemm", "spatial-pack", "winograd", "gemm/wino", "gemm*"
+            "layer",
+            "direct",
+            "gemm",
+            "spatial-pack",
+            "winograd",
+            "gemm/wino",
+            "gemm*"
         );
         let layers: Vec<Vec<&Conv2d>> = engines.iter().map(|e| e.layers().collect()).collect();
         for i in 0..layers[0].len() {
@@ -306,15 +312,19 @@ fn main() -> anyhow::Result<()> {
                 })
                 .fold(f64::INFINITY, f64::min);
             row += &format!(" {:>14}", cell(best));
-            println!("{row}");
+            dlas_core::outln!("{row}");
         }
     }
 
     if want("networks") {
-        println!("\nWhole networks, batch 1, {THREADS} threads: ms (GFLOP/s, % of peak)");
-        println!(
+        dlas_core::outln!("\nWhole networks, batch 1, {THREADS} threads: ms (GFLOP/s, % of peak)");
+        dlas_core::outln!(
             "{:<24} {:>22} {:>22} {:>22} {:>22}",
-            "network", "direct", "gemm", "spatial-pack", "winograd"
+            "network",
+            "direct",
+            "gemm",
+            "spatial-pack",
+            "winograd"
         );
         for (dataset, name) in [
             (Dataset::Cifar10, "resnet18"),
@@ -338,7 +348,7 @@ fn main() -> anyhow::Result<()> {
                     format!("{:.1} ({:.1}, {:.0}%)", t * 1e3, gf, 100.0 * gf / peak)
                 );
             }
-            println!("{row}");
+            dlas_core::outln!("{row}");
         }
     }
 
@@ -354,7 +364,7 @@ fn main() -> anyhow::Result<()> {
         let whole = median(runs, || {
             std::hint::black_box(e.run(&x, 1).unwrap());
         });
-        println!(
+        dlas_core::outln!(
             "\nMobileNetV2 ImageNet with gemm, batch 1, {THREADS} threads, layers timed alone: ms (GFLOP/s)"
         );
         let mut kinds: Vec<(&str, usize, f64, f64)> = Vec::new();
@@ -379,19 +389,19 @@ fn main() -> anyhow::Result<()> {
             }
         }
         for (kind, n, t, flops) in &kinds {
-            println!(
+            dlas_core::outln!(
                 "{kind:<24} {n:>3} layers {:>8.2} ms ({:.1})",
                 t * 1e3,
                 flops / t / 1e9
             );
         }
         let layers: f64 = kinds.iter().map(|k| k.2).sum();
-        println!(
+        dlas_core::outln!(
             "{:<24}            {:>8.2} ms (whole network; the rest is other operators and overhead)",
             "network",
             whole * 1e3
         );
-        println!(
+        dlas_core::outln!(
             "{:<24}            {:>8.2} ms",
             "sum of layers",
             layers * 1e3
@@ -399,7 +409,9 @@ fn main() -> anyhow::Result<()> {
     }
 
     if want("dtypes") {
-        println!("\nResNet-18 CIFAR-10 with gemm, batch 1, {THREADS} threads, by storage type: ms");
+        dlas_core::outln!(
+            "\nResNet-18 CIFAR-10 with gemm, batch 1, {THREADS} threads, by storage type: ms"
+        );
         let x = input(&resnet, 1, 1);
         let quant = dlas_zoo::quant::calibrate(&resnet, &weights, &x, 1);
         for dtype in [DType::F32, DType::F16, DType::I8] {
@@ -412,12 +424,12 @@ fn main() -> anyhow::Result<()> {
             let t = median(runs.min(7), || {
                 std::hint::black_box(e.run(&x, 1).unwrap());
             });
-            println!("{dtype:?}: {:.1} ms", t * 1e3);
+            dlas_core::outln!("{dtype:?}: {:.1} ms", t * 1e3);
         }
     }
 
     if want("sparse") {
-        println!(
+        dlas_core::outln!(
             "\n90% random sparsity, ResNet-18 CIFAR-10 3x3 layers with >= 128 channels: speed-up over the same algorithm dense"
         );
         // (column label, pruning block, format): unstructured pruning for all
@@ -429,12 +441,12 @@ fn main() -> anyhow::Result<()> {
             ("bsr1x4/b", (1, 4), FormatChoice::Bsr { rows: 1, cols: 4 }),
             ("bsr4x4/b", (4, 4), FormatChoice::Bsr { rows: 4, cols: 4 }),
         ];
-        println!("(x/b: weights pruned in blocks of that shape; the others unstructured)");
-        print!("{:<34} {:<13}", "layer", "algorithm");
+        dlas_core::outln!("(x/b: weights pruned in blocks of that shape; the others unstructured)");
+        dlas_core::out!("{:<34} {:<13}", "layer", "algorithm");
         for (n, _, _) in cases {
-            print!(" {n:>9}");
+            dlas_core::out!(" {n:>9}");
         }
-        println!();
+        dlas_core::outln!();
         // Winograd runs sparse weights as the gemm: its rows would repeat
         // the gemm's.
         for a in ALGORITHMS
@@ -467,7 +479,7 @@ fn main() -> anyhow::Result<()> {
                     .map(|_| rng.random_range(-1.0..1.0))
                     .collect();
                 let mut y = vec![0.0; w.out_len()];
-                print!("{:<34} {:<13}", w.to_string(), a.to_string());
+                dlas_core::out!("{:<34} {:<13}", w.to_string(), a.to_string());
                 for (c, (dense, sparse)) in layers.iter().enumerate() {
                     let td = median(runs, || {
                         dense[i].run_into(&pool, &x, &mut y);
@@ -478,16 +490,16 @@ fn main() -> anyhow::Result<()> {
                         std::hint::black_box(&y);
                     });
                     logsum[c] += (td / ts).ln();
-                    print!(" {:>8.2}x", td / ts);
+                    dlas_core::out!(" {:>8.2}x", td / ts);
                 }
                 count += 1;
-                println!();
+                dlas_core::outln!();
             }
-            print!("{:<34} {:<13}", "geometric mean", a.to_string());
+            dlas_core::out!("{:<34} {:<13}", "geometric mean", a.to_string());
             for l in logsum {
-                print!(" {:>8.2}x", (l / count as f64).exp());
+                dlas_core::out!(" {:>8.2}x", (l / count as f64).exp());
             }
-            println!("\n");
+            dlas_core::outln!("\n");
         }
     }
     Ok(())

@@ -786,10 +786,10 @@ mod tests {
                 (crate::Activation::Identity, false, 7),
                 |x, y, epi, r| conv.run(x, y, epi, r),
             );
-            println!("{tile:?} {w}: relative L2 error {e:.2e}");
+            dlas_core::outln!("{tile:?} {w}: relative L2 error {e:.2e}");
             worst = worst.max(e);
         }
-        println!("worst {worst:.2e} (direct and GEMM are held to {F32_TOLERANCE:e})");
+        dlas_core::outln!("worst {worst:.2e} (direct and GEMM are held to {F32_TOLERANCE:e})");
         assert!(worst < WINOGRAD_TOLERANCE, "worst {worst}");
     }
 }

@@ -1,6 +1,9 @@
 //! Whole networks against the f64 reference: fusion, batch-norm folding and
 //! every operator, for every algorithm.
 
+// Helpers outside #[test] functions print too (clippy.toml lets only tests print).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use dlas_core::{Dataset, Layout};
 use dlas_engine::{
     DType, Engine, EngineConfig, FormatChoice, GemmSchedule, KernelAlgorithm, Schedule,

@@ -8,6 +8,9 @@
 //! operators, and a file whose attention or GELU differs in one constant is
 //! refused with a one-line error naming the node.
 
+// Helpers outside #[test] functions print too (clippy.toml lets only tests print).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use dlas_core::Dataset;
 use dlas_engine::config::EngineConfig;
 use dlas_engine::engine::Engine;

@@ -12,6 +12,9 @@
 //! logits (before the final softmax) with tract's run of the same file at
 //! relative L2 < 1e-4.
 
+// Helpers outside #[test] functions print too (clippy.toml lets only tests print).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use dlas_core::Dataset;
 use dlas_engine::config::EngineConfig;
 use dlas_engine::engine::Engine;

@@ -21,6 +21,9 @@ pub type VerdictTable = fn(&[Checked]) -> Table;
 
 /// What one study reports and where it goes.
 pub struct Catalogue {
+    /// The study whose committed folders the paths below are; any other
+    /// study reported with this catalogue writes to its own ([`Catalogue::outputs`]).
+    pub study: &'static str,
     /// The tables, by number.
     pub tables: &'static [usize],
     /// The figures, by number.
@@ -67,7 +70,38 @@ pub struct Catalogue {
     pub disclosures: &'static [&'static str],
 }
 
+/// Where the files of one study's report go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outputs {
+    pub table_dir: String,
+    pub figure_dir: String,
+    pub claims_file: String,
+    pub page: String,
+}
+
 impl Catalogue {
+    /// Where `study`'s report goes: this catalogue's own folders for its
+    /// own study, `figures/<study>/` and `paper-tables/<study>/` for any
+    /// other (a user's study reported with this catalogue), so that
+    /// reporting one study never rewrites another's committed files. A
+    /// study name is an identifier (`dlas_core::text`), never a path.
+    pub fn outputs(&self, study: &str) -> Outputs {
+        if study == self.study {
+            return Outputs {
+                table_dir: self.table_dir.into(),
+                figure_dir: self.figure_dir.into(),
+                claims_file: self.claims_file.into(),
+                page: self.page.into(),
+            };
+        }
+        Outputs {
+            table_dir: format!("paper-tables/{study}"),
+            figure_dir: format!("figures/{study}"),
+            claims_file: format!("paper-tables/{study}/claims.md"),
+            page: format!("figures/{study}/index.html"),
+        }
+    }
+
     /// Whether `selection` draws the compression facts (the sweeps, a
     /// layer's weights); everything does when any table or figure does.
     pub fn needs_compression(&self, selection: Selection) -> bool {
@@ -126,6 +160,7 @@ impl Catalogue {
             Selection::Table(n) => (vec![n], vec![]),
             Selection::Figure(n) => (vec![], vec![n]),
         };
+        let to = self.outputs(&inputs.study.name);
         let verdicts = self.verdict_table.filter(|(n, _)| tables.contains(n));
         let checked =
             (selection == Selection::All || verdicts.is_some()).then(|| self.check(inputs));
@@ -136,7 +171,7 @@ impl Catalogue {
                 (Some((v, verdict_table)), Some(checked)) if v == n => verdict_table(checked),
                 _ => (self.table)(n, inputs)?,
             };
-            let stem = format!("{}/table{n}", self.table_dir);
+            let stem = format!("{}/table{n}", to.table_dir);
             out.push(Artifact {
                 path: format!("{stem}.md").into(),
                 bytes: t.markdown().into_bytes(),
@@ -153,7 +188,7 @@ impl Catalogue {
         }
         if let Some(checked) = &checked {
             out.push(Artifact {
-                path: self.claims_file.into(),
+                path: to.claims_file.as_str().into(),
                 bytes: (self.claims_markdown)(checked).into_bytes(),
             });
         }
@@ -164,11 +199,11 @@ impl Catalogue {
             let svg = f.svg().map_err(draw_error)?;
             let png = f.png().map_err(draw_error)?;
             out.push(Artifact {
-                path: format!("{}/figure{n}.svg", self.figure_dir).into(),
+                path: format!("{}/figure{n}.svg", to.figure_dir).into(),
                 bytes: svg.clone().into_bytes(),
             });
             out.push(Artifact {
-                path: format!("{}/figure{n}.png", self.figure_dir).into(),
+                path: format!("{}/figure{n}.png", to.figure_dir).into(),
                 bytes: png,
             });
             built_figures.push((f, svg));
@@ -185,14 +220,14 @@ impl Catalogue {
                 figures: &built_figures,
                 claims: checked,
                 observations: &(self.observations)(),
-                claims_file: self.claims_file,
+                claims_file: &to.claims_file,
                 command: self.command,
                 claims_command: self.claims_command,
                 paper_map: self.paper_map,
                 disclosures: self.disclosures,
             };
             out.push(Artifact {
-                path: self.page.into(),
+                path: to.page.as_str().into(),
                 bytes: page.html().into_bytes(),
             });
         }

@@ -14,12 +14,18 @@ pub struct Table {
 }
 
 impl Table {
+    /// Markdown; each cell escaped ([`markdown_cell`]) so that text from a
+    /// results file or an environment record cannot split a row.
     pub fn markdown(&self) -> String {
+        let line = |cells: &[String]| {
+            let cells: Vec<String> = cells.iter().map(|c| markdown_cell(c)).collect();
+            format!("| {} |\n", cells.join(" | "))
+        };
         let mut out = format!("# Table {}: {}\n\n", self.number, self.title);
-        out += &format!("| {} |\n", self.columns.join(" | "));
+        out += &line(&self.columns);
         out += &format!("|{}\n", "---|".repeat(self.columns.len()));
         for row in &self.rows {
-            out += &format!("| {} |\n", row.join(" | "));
+            out += &line(row);
         }
         out += &format!("\n{}\n", self.footer);
         out
@@ -35,13 +41,7 @@ impl Table {
     }
 
     pub fn latex(&self) -> String {
-        let escape = |s: &str| {
-            s.replace('\\', "\\textbackslash{}")
-                .replace('&', "\\&")
-                .replace('%', "\\%")
-                .replace('_', "\\_")
-                .replace('#', "\\#")
-        };
+        let escape = latex_text;
         let mut out = String::from("\\begin{table}[t]\n\\centering\n");
         out += &format!("\\caption{{{}}}\n", escape(&self.title));
         out += &format!("\\label{{tab:{}}}\n", self.number);
@@ -62,6 +62,44 @@ impl Table {
         );
         out
     }
+}
+
+/// A Markdown table cell: `|` escaped, and every character that does not
+/// print on one line (a newline, a direction override) shown as a space.
+pub fn markdown_cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '|' => out.push_str("\\|"),
+            c if dlas_core::text::unprintable(c.encode_utf8(&mut [0; 4])).is_some() => {
+                out.push(' ')
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// LaTeX text: its ten special characters escaped, and characters that do
+/// not print on one line shown as spaces.
+pub fn latex_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\textbackslash{}"),
+            '~' => out.push_str("\\textasciitilde{}"),
+            '^' => out.push_str("\\textasciicircum{}"),
+            '&' | '%' | '$' | '#' | '_' | '{' | '}' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if dlas_core::text::unprintable(c.encode_utf8(&mut [0; 4])).is_some() => {
+                out.push(' ')
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -87,5 +125,32 @@ mod tests {
         );
         assert!(t.latex().contains("resnet\\_18 & 1.5 \\\\"));
         assert!(t.latex().contains("\\caption{A \\& B}"));
+    }
+
+    /// Text from a results file or an environment record (a CPU model with
+    /// `|` or a newline in it) stays in its cell in every rendering.
+    #[test]
+    fn cell_text_cannot_split_a_row() {
+        let t = Table {
+            number: 1,
+            title: "Hosts".into(),
+            columns: vec!["cpu".into(), "os".into()],
+            rows: vec![vec![
+                "Evil | CPU\n| x | y |".into(),
+                "50% $x^2$ {a}~\\".into(),
+            ]],
+            footer: String::new(),
+        };
+        let md = t.markdown();
+        let row = md.lines().nth(4).unwrap();
+        assert_eq!(row, "| Evil \\| CPU \\| x \\| y \\| | 50% $x^2$ {a}~\\ |");
+        assert_eq!(md.lines().count(), 7, "{md}");
+        let tex = t.latex();
+        assert!(
+            tex.contains(
+                "Evil | CPU | x | y | & 50\\% \\$x\\textasciicircum{}2\\$ \\{a\\}\\textasciitilde{}\\textbackslash{} \\\\"
+            ),
+            "{tex}"
+        );
     }
 }

@@ -255,7 +255,7 @@ mod tests {
         );
         match trip {
             Some(ns) => assert!(two && ns > 1.0 && ns < 1e7, "{ns}"),
-            None => eprintln!("no round trip here (one CPU, or the other was busy)"),
+            None => dlas_core::errln!("no round trip here (one CPU, or the other was busy)"),
         }
     }
 }

@@ -23,5 +23,6 @@ pub mod run;
 pub mod store;
 pub mod timing;
 pub mod tuning;
+pub mod watchdog;
 
 pub use run::{HostConfig, RunReport, run_host};

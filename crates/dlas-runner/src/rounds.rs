@@ -35,6 +35,7 @@
 //!   ran in the near state is measured in the far one and says so.
 
 use crate::conditions::{Accumulator, Conditions, Reading};
+use crate::watchdog::Watchdog;
 use anyhow::Result;
 use dlas_backends::Session;
 use dlas_core::Summary;
@@ -62,7 +63,10 @@ pub struct Adaptive {
     /// Time (timed and re-warming runs) after which a configuration stops
     /// once it has `min_runs`.
     pub budget: Duration,
-    /// Time after which a configuration without `min_runs` has failed.
+    /// Time (loading, warm-up, timed and re-warming runs) after which a
+    /// configuration stops: with the runs it has once it has `min_runs`,
+    /// as failed before. The watchdog enforces it even on a run that
+    /// never returns ([`crate::watchdog`]).
     pub timeout: Duration,
 }
 
@@ -175,6 +179,8 @@ pub enum Stop {
     Budget,
     /// It reached the maximum count first.
     MaxRuns,
+    /// Its timeout came before its budget (a timeout set below it).
+    Timeout,
 }
 
 impl Stop {
@@ -183,6 +189,7 @@ impl Stop {
             Stop::Precise => "precise",
             Stop::Budget => "budget",
             Stop::MaxRuns => "max-runs",
+            Stop::Timeout => "timeout",
         }
     }
 }
@@ -213,6 +220,8 @@ pub enum Outcome {
 pub struct Slot {
     pub session: Box<dyn Session>,
     pub input: Vec<f32>,
+    /// The caller's key for it, which the watchdog reports.
+    pub key: usize,
 }
 
 struct State {
@@ -302,17 +311,19 @@ impl State {
 /// the others finish. `progress(active)` is called after each round.
 /// `near` is the run's near state, which the readings around each burst
 /// update.
+/// `watchdog`, when given, is armed around every warm-up and burst with
+/// the configuration's deadline.
 pub fn measure(
     slots: Vec<Slot>,
     (protocol, seed): (&Adaptive, u64),
-    near: &mut NearState,
+    (near, watchdog): (&mut NearState, Option<&Watchdog>),
     done: impl FnMut(usize, Outcome) -> Result<()>,
     progress: impl FnMut(usize),
 ) -> Result<()> {
     measure_reading(
         slots,
         (protocol, seed),
-        (near, Reading::now),
+        (near, Reading::now, watchdog),
         done,
         progress,
     )
@@ -322,13 +333,16 @@ pub fn measure(
 fn measure_reading(
     slots: Vec<Slot>,
     (protocol, seed): (&Adaptive, u64),
-    (near, mut read): (&mut NearState, impl FnMut() -> Reading),
+    (near, mut read, watchdog): (&mut NearState, impl FnMut() -> Reading, Option<&Watchdog>),
     mut done: impl FnMut(usize, Outcome) -> Result<()>,
     mut progress: impl FnMut(usize),
 ) -> Result<()> {
     let mut active = Vec::with_capacity(slots.len());
     for (index, mut slot) in slots.into_iter().enumerate() {
-        match warm_up(&mut slot, protocol) {
+        let warmed = guarded(watchdog, slot.key, "warm-up", protocol.timeout, || {
+            warm_up(&mut slot, protocol)
+        });
+        match warmed {
             Ok(spent) => active.push(State {
                 slot,
                 index,
@@ -345,7 +359,12 @@ fn measure_reading(
         active.shuffle(&mut rng);
         let mut still = Vec::with_capacity(active.len());
         for mut state in active {
-            match turn(&mut state, protocol, near, &mut read) {
+            let left = protocol.timeout.saturating_sub(state.spent);
+            let key = state.slot.key;
+            let turned = guarded(watchdog, key, "a burst of runs", left, || {
+                turn(&mut state, protocol, near, &mut read)
+            });
+            match turned {
                 Ok(None) => still.push(state),
                 Ok(Some(stop)) => done(state.index, state.outcome(stop, near))?,
                 Err(e) => done(state.index, Outcome::Failed(e))?,
@@ -355,6 +374,24 @@ fn measure_reading(
         progress(active.len());
     }
     Ok(())
+}
+
+/// `work`, with the watchdog (if any) armed for `left` from now.
+fn guarded<T>(
+    watchdog: Option<&Watchdog>,
+    key: usize,
+    doing: &'static str,
+    left: Duration,
+    work: impl FnOnce() -> T,
+) -> T {
+    if let Some(dog) = watchdog {
+        dog.arm(key, doing, Instant::now() + left);
+    }
+    let result = work();
+    if let Some(dog) = watchdog {
+        dog.disarm();
+    }
+    result
 }
 
 fn warm_up(slot: &mut Slot, protocol: &Adaptive) -> Result<Duration, String> {
@@ -428,6 +465,9 @@ fn turn(
         if n >= protocol.min_runs && state.spent >= protocol.budget {
             return Ok(Some(Stop::Budget));
         }
+        if n >= protocol.min_runs && state.spent >= protocol.timeout {
+            return Ok(Some(Stop::Timeout));
+        }
         if n < protocol.min_runs && state.spent > protocol.timeout {
             return Err(format!(
                 "timeout after {:.0} s: {n} of {} timed runs done",
@@ -444,6 +484,9 @@ fn turn(
     }
     if state.spent >= protocol.budget {
         return Ok(Some(Stop::Budget));
+    }
+    if state.spent >= protocol.timeout {
+        return Ok(Some(Stop::Timeout));
     }
     Ok(None)
 }
@@ -485,6 +528,7 @@ mod tests {
                 log: log.clone(),
             }),
             input: vec![],
+            key: usize::from(name),
         }
     }
 
@@ -503,7 +547,7 @@ mod tests {
         measure_reading(
             slots,
             (&protocol, 7),
-            (&mut NearState::default(), quiet),
+            (&mut NearState::default(), quiet, None),
             |i, o| {
                 out.push((i, o));
                 Ok(())
@@ -622,7 +666,7 @@ mod tests {
             measure_reading(
                 slots,
                 (&Adaptive::fixed(0, 3, Duration::from_secs(5)), seed),
-                (&mut NearState::default(), quiet),
+                (&mut NearState::default(), quiet, None),
                 |_, _| Ok(()),
                 |_| {},
             )
@@ -658,6 +702,7 @@ mod tests {
         let slot = Slot {
             session: Box::new(TwoStates { far: flag.clone() }),
             input: vec![],
+            key: 0,
         };
         let mut calls = 0;
         let read = || {
@@ -676,7 +721,7 @@ mod tests {
         measure_reading(
             vec![slot],
             (&protocol, 7),
-            (near, read),
+            (near, read, None),
             |_, o| {
                 out = Some(o);
                 Ok(())

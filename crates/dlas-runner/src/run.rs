@@ -15,6 +15,7 @@ use crate::native::Untuned;
 use crate::rounds::{self, Adaptive, NearState, Outcome, Slot};
 use crate::store::{Samples, Store};
 use crate::tuning::{self, Tuned};
+use crate::watchdog::Watchdog;
 use anyhow::Result;
 use dlas_backends::{Session, SessionConfig, ort_runtime};
 use dlas_core::{Combination, Compression, ResultRow, Status, Study, Summary};
@@ -22,6 +23,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -38,6 +41,8 @@ pub struct HostConfig {
     /// Apply schedules tuned on another machine (when the file has no
     /// schedules for this one).
     pub foreign_tuning: bool,
+    /// Measure again the combinations the results file records as failed.
+    pub retry_failed: bool,
 }
 
 /// What a run did.
@@ -91,11 +96,15 @@ pub fn run_host(
 ) -> Result<RunReport> {
     let mut report = RunReport::default();
     // Every combination of a host run is measured on this machine, device `host`.
-    let mut store = Store::open(&config.results, &BTreeSet::from(["host"]))?;
+    let store = Arc::new(Mutex::new(Store::open(
+        &config.results,
+        &BTreeSet::from(["host"]),
+        config.retry_failed,
+    )?));
     let todo: Vec<&Combination> = combinations
         .iter()
         .filter(|c| {
-            let done = store.is_done(&c.id());
+            let done = lock(&store).is_done(&c.id());
             report.already_done += usize::from(done);
             !done
         })
@@ -145,9 +154,10 @@ pub fn run_host(
     }
     let progress = Progress::new(todo.len());
     progress.skip(todo.len() - runnable.len());
+    let watchdog = watch(&store, &runnable, config, environment.id());
     let mut source = None;
     let mut near = None;
-    let mut chunks: std::collections::VecDeque<Vec<&Combination>> =
+    let mut chunks: std::collections::VecDeque<Vec<(usize, &Combination)>> =
         networks(&runnable, config.interleave).into();
     while let Some(chunk) = chunks.pop_front() {
         let source = match &source {
@@ -157,29 +167,33 @@ pub fn run_host(
                 source.insert(environment.id())
             }
         };
-        let label = Progress::label(chunk[0]);
+        let label = Progress::label(chunk[0].1);
         progress.message(&format!("{label}: loading {}", chunk.len()));
         let mut slots = Vec::new();
         let mut measured = Vec::new();
-        for (i, &c) in chunk.iter().enumerate() {
+        for (i, &(key, c)) in chunk.iter().enumerate() {
             // Loaded models stay in memory while the chunk is measured: when
             // memory runs low, the rest of the chunk waits for the next one.
             if !slots.is_empty() && memory_low() {
                 chunks.push_front(chunk[i..].to_vec());
                 break;
             }
-            match load(study, c, config, &mut models, &tuned) {
+            watchdog.arm(key, "loading", Instant::now() + config.protocol.timeout);
+            let loaded = load(study, c, config, &mut models, &tuned);
+            watchdog.disarm();
+            match loaded {
                 Loaded::Session(session) => {
                     measured.push((c, session.provider()));
                     slots.push(Slot {
                         session,
                         input: models::input(c, config.seed),
+                        key,
                     });
                 }
                 Loaded::Failed(reason) => {
                     let row = failed_row(c, config, &reason, source);
                     report.count(row.status);
-                    store.record(&row, None)?;
+                    lock(&store).record(&row, None)?;
                     progress.done(c, &format!("failed: {reason}"));
                 }
                 Loaded::Untuned(untuned) => {
@@ -201,12 +215,12 @@ pub fn run_host(
         rounds::measure(
             slots,
             (&config.protocol, seed),
-            near,
+            (near, Some(&watchdog)),
             |i, outcome| {
                 let (c, provider) = &measured[i];
                 let (row, samples) = finish(c, outcome, config, provider, source);
                 report.count(row.status);
-                store.record(&row, samples.as_ref())?;
+                lock(&store).record(&row, samples.as_ref())?;
                 let shown = row.median_ms.map_or_else(
                     || format!("{}: {}", row.status.name(), row.reason),
                     |m| format!("{m:.3} ms ({})", row.reason),
@@ -222,14 +236,19 @@ pub fn run_host(
 }
 
 /// The combinations of each network (dataset and model) in plan order, in
-/// chunks of at most `interleave`: what is measured together.
-fn networks<'a>(combinations: &[&'a Combination], interleave: usize) -> Vec<Vec<&'a Combination>> {
-    let mut by_network: Vec<((dlas_core::Dataset, &str), Vec<&Combination>)> = Vec::new();
-    for &c in combinations {
+/// chunks of at most `interleave`: what is measured together. Each keeps
+/// its index in `combinations`, its key for the watchdog.
+fn networks<'a>(
+    combinations: &[&'a Combination],
+    interleave: usize,
+) -> Vec<Vec<(usize, &'a Combination)>> {
+    type Group<'a> = Vec<(usize, &'a Combination)>;
+    let mut by_network: Vec<((dlas_core::Dataset, &str), Group<'a>)> = Vec::new();
+    for (i, &c) in combinations.iter().enumerate() {
         let key = (c.dataset, c.model.as_str());
         match by_network.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, group)) => group.push(c),
-            None => by_network.push((key, vec![c])),
+            Some((_, group)) => group.push((i, c)),
+            None => by_network.push((key, vec![(i, c)])),
         }
     }
     by_network
@@ -241,6 +260,51 @@ fn networks<'a>(combinations: &[&'a Combination], interleave: usize) -> Vec<Vec<
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// The store, locked: the watchdog's thread records through it too.
+fn lock(store: &Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The run's watchdog: a load or run of `runnable[key]` that overruns the
+/// combination's timeout is recorded as failed, and the process stops
+/// (`crate::watchdog`). The environment record `source` is saved before
+/// anything is armed.
+fn watch(
+    store: &Arc<Mutex<Store>>,
+    runnable: &[&Combination],
+    config: &HostConfig,
+    source: String,
+) -> Watchdog {
+    let store = Arc::clone(store);
+    let combinations: Vec<Combination> = runnable.iter().map(|&c| c.clone()).collect();
+    let (timeout, threads, warmup) = (
+        config.protocol.timeout,
+        config.threads,
+        config.protocol.warmup,
+    );
+    Watchdog::start(move |armed| {
+        let c = &combinations[armed.key];
+        let reason = format!(
+            "timeout after {:.0} s: {} did not return ({threads} thread(s) on {} logical CPU(s)); \
+             the process stopped, since a stuck run cannot be cancelled",
+            timeout.as_secs_f64(),
+            armed.doing,
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        );
+        let row = ResultRow::without_timing(c, warmup, Status::Failed, &reason, &source);
+        let recorded = lock(&store).record(&row, None);
+        dlas_core::errln!("\nerror: {} {}: {reason}", c.id(), Progress::describe(c));
+        match recorded {
+            Ok(()) => dlas_core::errln!(
+                "it is recorded as failed; run the same command again to go on with the rest \
+                 (add --retry-failed to measure it again)"
+            ),
+            Err(e) => dlas_core::errln!("it could not be recorded: {e:#}"),
+        }
+        std::process::exit(3);
+    })
 }
 
 /// Whether less than a quarter of the machine's memory is available
@@ -437,7 +501,7 @@ impl Progress {
         self.index.set(self.index.get() + 1);
         match &self.bar {
             Some(bar) => bar.inc(1),
-            None => eprintln!(
+            None => dlas_core::errln!(
                 "[{}/{}] {} {}: {outcome}",
                 self.index.get(),
                 self.total,

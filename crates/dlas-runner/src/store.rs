@@ -75,16 +75,24 @@ pub use dlas_core::results::samples_path;
 
 impl Store {
     /// Locks (or creates) a results file for measured rows of `devices`
-    /// and opens its samples file; ids already present are reported done.
-    /// A file holding mocked rows or other devices' rows is refused. What
-    /// opening repaired is printed as one warning line per file.
-    pub fn open(results: &Path, devices: &BTreeSet<&str>) -> Result<Store> {
+    /// and opens its samples file; ids already present are reported done,
+    /// but for rows recorded as failed when `retry_failed` is set: those
+    /// are measured again, and the new row, appended after the failed one,
+    /// replaces it (`dlas_core::results::parse_results`). A file holding
+    /// mocked rows or other devices' rows is refused. What opening
+    /// repaired is printed as one warning line per file.
+    pub fn open(results: &Path, devices: &BTreeSet<&str>, retry_failed: bool) -> Result<Store> {
         let (appender, warning) = ResultsAppender::open(results)?;
         if let Some(warning) = warning {
-            eprintln!("warning: {warning}");
+            dlas_core::errln!("warning: {warning}");
         }
         check_mixing(results, appender.rows(), false, devices)?;
-        let done: HashSet<String> = appender.rows().iter().map(|r| r.id.clone()).collect();
+        let done: HashSet<String> = appender
+            .rows()
+            .iter()
+            .filter(|r| !(retry_failed && r.status == dlas_core::Status::Failed))
+            .map(|r| r.id.clone())
+            .collect();
         let samples_path = samples_path(results);
         let samples = match append::lock(&samples_path, false)? {
             Some(locked) => Some(open_samples(locked, &done)?),
@@ -142,7 +150,7 @@ fn open_samples(locked: append::Locked, done: &HashSet<String>) -> Result<LineFi
     let complete = |line: &str| serde_json::from_str::<Samples>(line).is_ok();
     let (mut file, text, warning) = LineFile::open(locked, complete)?;
     if let Some(warning) = warning {
-        eprintln!("warning: {warning}");
+        dlas_core::errln!("warning: {warning}");
     }
     let mut keep = text.len();
     let mut orphans = Vec::new();
@@ -157,7 +165,7 @@ fn open_samples(locked: append::Locked, done: &HashSet<String>) -> Result<LineFi
     }
     if !orphans.is_empty() {
         file.truncate(keep as u64)?;
-        eprintln!(
+        dlas_core::errln!(
             "warning: {}: dropped the samples of {} (no results row; measured again)",
             file.path().display(),
             orphans.join(", ")
@@ -168,7 +176,7 @@ fn open_samples(locked: append::Locked, done: &HashSet<String>) -> Result<LineFi
 
 /// Reads a samples file; lines cut by a crash are skipped.
 pub fn read_samples(path: &Path) -> Result<Vec<Samples>> {
-    let text = std::fs::read_to_string(path)
+    let text = dlas_core::regular_file::read_to_string(path)
         .with_context(|| format!("cannot read samples file {}", path.display()))?;
     Ok(text
         .lines()
@@ -191,7 +199,7 @@ mod tests {
     }
 
     fn open(path: &Path) -> Store {
-        Store::open(path, &BTreeSet::from(["host"])).unwrap()
+        Store::open(path, &BTreeSet::from(["host"]), false).unwrap()
     }
 
     /// A crash cut the last row and the last samples line: the next run
@@ -260,8 +268,9 @@ mod tests {
         let mut mocked = row(1);
         mocked.source = "mock-v1".into();
         mocked.device = "i7".into();
+        mocked.id = mocked.combination().unwrap().id();
         std::fs::write(&path, dlas_core::results::to_csv(&[mocked]).unwrap()).unwrap();
-        let err = Store::open(&path, &BTreeSet::from(["host"]))
+        let err = Store::open(&path, &BTreeSet::from(["host"]), false)
             .err()
             .unwrap()
             .to_string();
@@ -271,7 +280,7 @@ mod tests {
         );
         std::fs::remove_file(&path).unwrap();
         let first = open(&path);
-        let err = Store::open(&path, &BTreeSet::from(["host"]))
+        let err = Store::open(&path, &BTreeSet::from(["host"]), false)
             .err()
             .unwrap()
             .to_string();

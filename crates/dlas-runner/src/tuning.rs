@@ -397,7 +397,7 @@ impl Progress {
                 bar.println(line);
                 bar.inc(1);
             }
-            None => eprintln!("{line}"),
+            None => dlas_core::errln!("{line}"),
         }
     }
 

@@ -3,6 +3,9 @@
 //! under 1e-4). Needs the ONNX Runtime library from
 //! `cargo xtask setup`; CI runs setup first, so there the test must run.
 
+// Helpers outside #[test] functions print too (clippy.toml lets only tests print).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use dlas_core::{Dataset, Plan, Study};
 use dlas_runner::crosscheck::{TOLERANCE, crosscheck, runners_of};
 use std::path::{Path, PathBuf};

@@ -97,6 +97,7 @@ impl RecordLog {
     /// a torn last line, a newline is written first so the next record
     /// starts a line of its own.
     pub fn open(path: &Path) -> Result<RecordLog> {
+        let path = &dlas_core::regular_file::resolve_output(path)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the directory of {}", path.display()))?;
@@ -107,6 +108,7 @@ impl RecordLog {
             .append(true)
             .open(path)
             .with_context(|| format!("opening tuning records {}", path.display()))?;
+        dlas_core::regular_file::check(&file, path)?;
         let len = file.metadata()?.len();
         if len > 0 {
             let mut last = [0u8];
@@ -142,33 +144,73 @@ pub struct Loaded {
 }
 
 /// Reads the log at `path` (a missing log has no records). Lines that do
-/// not parse are skipped and listed; a record of another format version is
-/// an error, since its fields cannot be trusted to mean the same thing.
+/// not parse (a torn write, an edit, bytes that are not UTF-8) and records
+/// whose costs are not finite positive times are skipped and listed with
+/// their line, and the rest of the log is kept; a record of another format
+/// version is an error, since its fields cannot be trusted to mean the same
+/// thing.
 pub fn load(path: &Path) -> Result<Loaded> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    let bytes = match dlas_core::regular_file::read(path) {
+        Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
     let mut loaded = Loaded::default();
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        let at = || format!("{}:{}", path.display(), i + 1);
+        let line = match std::str::from_utf8(line) {
+            Ok(line) => line,
+            Err(e) => {
+                loaded.skipped.push(format!(
+                    "{}: not UTF-8 text (byte {} of the line)",
+                    at(),
+                    e.valid_up_to() + 1
+                ));
+                continue;
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
         match serde_json::from_str::<Record>(line) {
-            Ok(r) if r.version == VERSION => loaded.records.push(r),
-            Ok(r) => bail!(
-                "{}:{}: tuning record of format version {}, this dlas reads version {VERSION}",
-                path.display(),
-                i + 1,
+            Ok(r) if r.version != VERSION => bail!(
+                "{}: tuning record of format version {}, this dlas reads version {VERSION}",
+                at(),
                 r.version
             ),
-            Err(e) => loaded
-                .skipped
-                .push(format!("{}:{}: {e}", path.display(), i + 1)),
+            Ok(r) => match r.check() {
+                Ok(()) => loaded.records.push(r),
+                Err(why) => loaded.skipped.push(format!("{}: {why}", at())),
+            },
+            Err(e) => loaded.skipped.push(format!("{}: {e}", at())),
         }
     }
     Ok(loaded)
+}
+
+/// `Err(why)` unless `ms` is a finite, positive time.
+fn check_time(field: &str, ms: f64) -> Result<(), String> {
+    if ms.is_finite() && ms > 0.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field} is {ms}; a cost is a finite, positive time in ms"
+        ))
+    }
+}
+
+impl Record {
+    /// What the log promises of a record: finite, positive costs, and none
+    /// when the candidate failed; a printable machine fingerprint.
+    pub fn check(&self) -> Result<(), String> {
+        for &ms in &self.costs_ms {
+            check_time("a value of costs_ms", ms)?;
+        }
+        if self.error.is_none() && self.costs_ms.is_empty() {
+            return Err("costs_ms is empty, and the record has no error".into());
+        }
+        dlas_core::text::check_printable("fingerprint", &self.fingerprint)
+    }
 }
 
 /// The best measured schedule of one task on one machine.
@@ -245,7 +287,7 @@ impl BestOf {
     }
 
     pub fn load(path: &Path) -> Result<BestOf> {
-        let text = std::fs::read_to_string(path)
+        let text = dlas_core::regular_file::read_to_string(path)
             .with_context(|| format!("reading tuning best-of file {}", path.display()))?;
         let best: BestOf = serde_json::from_str(&text)
             .with_context(|| format!("{}: not a tuning best-of file", path.display()))?;
@@ -255,6 +297,19 @@ impl BestOf {
                 path.display(),
                 best.version
             );
+        }
+        for (i, entry) in best.entries.iter().enumerate() {
+            check_time("cost_ms", entry.cost_ms)
+                .and_then(|()| entry.default_ms.map_or(Ok(()), |ms| check_time("default_ms", ms)))
+                .and_then(|()| dlas_core::text::check_printable("fingerprint", &entry.fingerprint))
+                .map_err(|why| {
+                    anyhow::anyhow!(
+                        "{}: entry {} ({}): {why}; re-derive the file from the records with `dlas tune`",
+                        path.display(),
+                        i + 1,
+                        entry.task
+                    )
+                })?;
         }
         Ok(best)
     }

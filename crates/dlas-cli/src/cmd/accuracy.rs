@@ -24,7 +24,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let items = args.dataset.items(args.limit)?;
     let acc = accuracy(&model, args.dataset.dataset, &items)
         .with_context(|| format!("cannot evaluate {}", args.model.display()))?;
-    println!(
+    dlas_core::outln!(
         "{} on {} ({} samples): top-1 {:.2}%, top-5 {:.2}%",
         args.model.display(),
         args.dataset.dataset,

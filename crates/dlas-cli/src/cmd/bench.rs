@@ -111,14 +111,14 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
             let summary =
                 Summary::from_samples(&samples).ok_or_else(|| anyhow::anyhow!("no samples"))?;
             let median_us = summary.median * 1e3;
-            println!(
+            dlas_core::outln!(
                 "harness overhead per timed run: median {median_us:.3} µs, p99 {:.3} µs over {runs} runs (budget {BUDGET_US} µs)",
                 summary.p99 * 1e3
             );
             if median_us < BUDGET_US {
                 Ok(ExitCode::SUCCESS)
             } else {
-                eprintln!("error: the harness costs more than {BUDGET_US} µs per run");
+                dlas_core::errln!("error: the harness costs more than {BUDGET_US} µs per run");
                 Ok(ExitCode::FAILURE)
             }
         }
@@ -161,13 +161,13 @@ fn engine(
         budget,
         timeout: Duration::from_secs(600),
     };
-    println!(
+    dlas_core::outln!(
         "network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_low,ratio_high,ratio_vs_tract_opt,runs,round_trip_ns"
     );
     let mut verdicts = Vec::new();
     // Every configuration's median counts the bursts of the machine's near
     // state (`NearState`), read for a while first.
-    eprintln!(
+    dlas_core::errln!(
         "reading the machine's state for {:?}",
         protocol.near_probe()
     );
@@ -199,11 +199,12 @@ fn engine(
         let mut names = Vec::new();
         let mut slots = Vec::new();
         let mut add = |name: String, session| {
-            names.push(name);
             slots.push(Slot {
                 session,
                 input: input.clone(),
+                key: names.len(),
             });
+            names.push(name);
         };
         for compiler in ["ort-opt", "tract-opt"] {
             add(
@@ -257,7 +258,7 @@ fn engine(
         dlas_runner::rounds::measure(
             slots,
             (&protocol, study.protocol.seed),
-            &mut near,
+            (&mut near, None),
             |i, outcome| {
                 match outcome {
                     Outcome::Measured {
@@ -283,7 +284,7 @@ fn engine(
         let (ort, tract) = (&summaries[0], &summaries[1]);
         for ((name, t), trip) in names.iter().zip(&summaries).zip(&round_trips) {
             let (ratio, low, high) = ratio(t, ort);
-            println!(
+            dlas_core::outln!(
                 "{dataset}/{model},{name},{:.3},{:.1},{ratio:.2},{low:.2},{high:.2},{:.2},{},{}",
                 t.median,
                 2.0 * macs / (t.median * 1e6),
@@ -305,9 +306,9 @@ fn engine(
             ));
         }
     }
-    println!();
+    dlas_core::outln!();
     for v in verdicts {
-        println!("{v}");
+        dlas_core::outln!("{v}");
     }
     Ok(ExitCode::SUCCESS)
 }

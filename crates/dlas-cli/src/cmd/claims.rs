@@ -73,6 +73,6 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     } else {
         claims::text_of(&(catalogue.observations)(), &checked)
     };
-    print!("{text}");
+    dlas_core::out!("{text}");
     Ok(ExitCode::SUCCESS)
 }

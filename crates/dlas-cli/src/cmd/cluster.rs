@@ -169,7 +169,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
             let manifest = dlas_cluster::submit(&loaded, &config, &mut models)?;
             for job in &manifest.jobs {
                 let combinations = job.planned.iter().map(Vec::len).sum::<usize>();
-                println!(
+                dlas_core::outln!(
                     "{}: {} shard(s), {combinations} combinations, {}",
                     job.device,
                     job.shards,
@@ -180,17 +180,17 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
         }
         Command::Status { results_dir } => {
             for (device, shard, state) in dlas_cluster::status(results_dir)? {
-                println!("{device} shard {shard}: {state}");
+                dlas_core::outln!("{device} shard {shard}: {state}");
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Collect { results_dir, out } => {
             let collected = dlas_cluster::collect(results_dir, Some(out))?;
             for (device, id, reason) in &collected.failed {
-                eprintln!("failed: {device} {id}: {reason}");
+                dlas_core::errln!("failed: {device} {id}: {reason}");
             }
             if collected.missing.is_empty() {
-                println!(
+                dlas_core::outln!(
                     "{} results merged into {}",
                     collected.rows.len(),
                     out.display()
@@ -198,15 +198,15 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             for (device, shard, ids) in &collected.missing {
-                eprintln!(
+                dlas_core::errln!(
                     "missing: {device} shard {shard}: {} combinations",
                     ids.len()
                 );
             }
             for command in &collected.resubmit {
-                eprintln!("resubmit: {command}");
+                dlas_core::errln!("resubmit: {command}");
             }
-            eprintln!("error: not merged; rerun the shards above, then collect again");
+            dlas_core::errln!("error: not merged; rerun the shards above, then collect again");
             Ok(ExitCode::FAILURE)
         }
     }

@@ -21,9 +21,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let a = read_results(&args.a)?;
     let b = read_results(&args.b)?;
     let comparison = dlas_report::compare::compare(&a, &b);
-    println!("id,combination,a_ms,b_ms,ratio");
+    dlas_core::outln!("id,combination,a_ms,b_ms,ratio");
     for p in &comparison.pairs {
-        println!(
+        dlas_core::outln!(
             "{},{},{:.4},{:.4},{:.3}",
             p.id,
             p.label,
@@ -32,22 +32,24 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             p.ratio()
         );
     }
-    println!();
-    println!(
+    dlas_core::outln!();
+    dlas_core::outln!(
         "{} combinations in both ({} only in A, {} only in B)",
         comparison.pairs.len(),
         comparison.only_a,
         comparison.only_b
     );
-    println!(
+    dlas_core::outln!(
         "within ±{:.0}%: {:.1}%; geometric mean ratio B/A: {:.3}",
         args.tolerance * 100.0,
         comparison.share_within(args.tolerance) * 100.0,
         comparison.geomean_ratio()
     );
-    println!(
+    dlas_core::outln!(
         "compiler rankings per network: {} of {} groups identical, mean Kendall tau {:.3}",
-        comparison.same_ranking, comparison.groups, comparison.mean_kendall_tau
+        comparison.same_ranking,
+        comparison.groups,
+        comparison.mean_kendall_tau
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -25,11 +25,11 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     filter.check(&study)?;
     let networks = runners_of(&Plan::expand(&study).filtered(&filter).combinations);
     if networks.is_empty() {
-        eprintln!("error: the selection has no dense host combination to cross-check");
+        dlas_core::errln!("error: the selection has no dense host combination to cross-check");
         return Ok(ExitCode::FAILURE);
     }
     let agreements = crosscheck(&project.root, &study, &networks, study.protocol.seed)?;
-    println!("dataset,model,compiler,relative_l2,verdict");
+    dlas_core::outln!("dataset,model,compiler,relative_l2,verdict");
     let (mut agree, mut differ, mut failed) = (0, 0, 0);
     for a in &agreements {
         let (value, verdict) = match &a.relative_l2 {
@@ -42,7 +42,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             (Ok(_), false) => differ += 1,
             (Err(_), _) => failed += 1,
         }
-        println!(
+        dlas_core::outln!(
             "{},{},{},{value},\"{}\"",
             a.dataset,
             a.model,
@@ -54,7 +54,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         .iter()
         .filter_map(|a| a.relative_l2.as_ref().ok())
         .fold(0f64, |w, e| w.max(*e));
-    println!(
+    dlas_core::outln!(
         "{} networks, {} comparisons: {agree} agree, {differ} differ, {failed} failed (worst relative L2 {worst:.3e}, tolerance {TOLERANCE:e})",
         networks.len(),
         agreements.len()

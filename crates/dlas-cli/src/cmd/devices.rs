@@ -40,7 +40,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
         Command::List => {
             let dir = project.root.join("data/devices");
             let host = dlas_devices::load_calibrated(&dir.join(dlas_devices::spec::MEASURED_DIR))?;
-            println!("id,origin,kind,peak_gflops,memory_gbs");
+            dlas_core::outln!("id,origin,kind,peak_gflops,memory_gbs");
             for s in project.specs()?.iter().chain([&host]) {
                 let origin = match s.origin {
                     Origin::Specification => "specification",
@@ -50,7 +50,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
                     DeviceKind::Cpu => "cpu",
                     DeviceKind::Gpu => "gpu",
                 };
-                println!(
+                dlas_core::outln!(
                     "{},{origin},{kind},{:.1},{:.1}",
                     s.id,
                     s.peak_gflops(),
@@ -139,7 +139,7 @@ fn calibrate(
     // calibration cannot carry them.
     let host = dlas_devices::load_calibrated(&out)?;
     let m = &calibration.machine;
-    println!(
+    dlas_core::outln!(
         "{} on {threads} thread(s): fp32 peak {:.1} GFLOP/s, int8 {:.1} GMAC/s, FMA latency {:.2} ns, DRAM {:.1} GB/s, region {:.1} us, layer {:.1} us, run {:.1} us; {} layer timings in {} classes; wrote {}",
         spec.name,
         spec.peak_gflops(),
@@ -153,9 +153,10 @@ fn calibrate(
         host.efficiency.as_ref().map_or(0, |e| e.curves.len()),
         out.display()
     );
-    println!(
+    dlas_core::outln!(
         "{} of {} timings kept outside the machine's near state (it did not come within 10 s; docs/protocol.md, \"Two states\")",
-        calibration.outside, calibration.windows
+        calibration.outside,
+        calibration.windows
     );
     Ok(())
 }

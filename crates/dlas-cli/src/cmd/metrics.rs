@@ -30,12 +30,12 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "no compiled configuration has its baseline measured in these results (pairs: ort-opt/ort-noopt, tract-opt/tract-plain, native tuned/untuned, same network and device)"
         );
     }
-    println!(
+    dlas_core::outln!(
         "network,device,compiler,baseline,batches,rtr_b1,rtr_bmax,ase,ase_baseline,bsr,saturation_batch"
     );
     for m in &all {
         let batches: Vec<String> = m.batches.iter().map(usize::to_string).collect();
-        println!(
+        dlas_core::outln!(
             "{},{},{},{},{},{},{},{},{},{},{}",
             m.network,
             m.device,

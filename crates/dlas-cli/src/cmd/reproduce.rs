@@ -42,6 +42,13 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         (None, None) => Selection::All,
         (Some(_), Some(_)) => bail!("choose one of --figure and --table"),
     };
+    // The reader's files first: a file that cannot be read stops the
+    // command before anything is computed.
+    let extra: Vec<(PathBuf, Vec<results::ResultRow>)> = args
+        .results
+        .iter()
+        .map(|path| Ok((path.clone(), results::read_results(path)?)))
+        .collect::<Result<_>>()?;
     let mock_rows = mocked_results(&study, &specs, &Filter::default(), None)?;
     let mock_path = project.results_dir(&study).join("mock.csv");
     let mut artifacts = vec![Artifact {
@@ -88,8 +95,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         });
         rows.extend(host_rows);
     }
-    for path in &args.results {
-        let extra = results::read_results(path)?;
+    for (path, extra) in extra {
         files.push(ResultsFile {
             path: path.display().to_string(),
             rows: rows.len()..rows.len() + extra.len(),
@@ -140,21 +146,21 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
                 differing.push(artifact.path.display().to_string());
             }
         } else if dlas_core::atomic::write_if_changed(&path, &artifact.bytes)? {
-            println!("wrote {}", artifact.path.display());
+            dlas_core::outln!("wrote {}", artifact.path.display());
         }
     }
     if !differing.is_empty() {
         for path in &differing {
-            eprintln!("differs from the regenerated output: {path}");
+            dlas_core::errln!("differs from the regenerated output: {path}");
         }
-        eprintln!(
+        dlas_core::errln!(
             "{} of {} files differ; regenerate them with `cargo xtask reproduce --all` and review the diff",
             differing.len(),
             artifacts.len()
         );
         return Ok(ExitCode::FAILURE);
     }
-    println!(
+    dlas_core::outln!(
         "{} {} files from {} results in {:.2} s",
         if args.check { "checked" } else { "regenerated" },
         artifacts.len(),
@@ -164,7 +170,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     // What the one figure or table reproduces of the paper, from the
     // catalogue's map (the same words as the page and ARTIFACT.md).
     if let Some(line) = dlas_report::paper_map::line(catalogue.paper_map, selection) {
-        println!("{line}");
+        dlas_core::outln!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -63,6 +63,11 @@ pub struct Args {
     /// none for this one (the provider column says so).
     #[arg(long)]
     foreign_tuning: bool,
+    /// Host: measure again the combinations the results file records as
+    /// failed (after fixing what made them fail); the new row replaces
+    /// the failed one.
+    #[arg(long)]
+    retry_failed: bool,
     /// Print what would run without running it.
     #[arg(long)]
     dry_run: bool,
@@ -125,9 +130,9 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     }
     if args.dry_run {
         for c in &plan.combinations {
-            println!("{} {}", c.id(), c.canonical());
+            dlas_core::outln!("{} {}", c.id(), c.canonical());
         }
-        println!(
+        dlas_core::outln!(
             "would run {} combinations of study {}",
             plan.combinations.len(),
             study.name
@@ -137,15 +142,20 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     if host {
         return run_host(project, &study, &plan, args);
     }
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| project.results_dir(&study).join("mock.csv"));
+    if args.retry_failed {
+        bail!("--retry-failed applies to host runs: a mocked run computes every row anew");
+    }
+    let out = dlas_core::regular_file::resolve_output(
+        &args
+            .out
+            .clone()
+            .unwrap_or_else(|| project.results_dir(&study).join("mock.csv")),
+    )?;
     // Held until the new file is in place, so no host run appends to the
     // file being replaced.
     let _lock = match append::lock(&out, false)? {
         Some(existing) => {
-            let text = std::fs::read_to_string(&out)
+            let text = dlas_core::regular_file::read_to_string(&out)
                 .with_context(|| format!("cannot read {}", out.display()))?;
             // An empty file holds nothing to lose.
             let existing_rows = if text.trim().is_empty() {
@@ -175,7 +185,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     };
     let rows = run_mocked(&plan.combinations, &specs, protocol)?;
     dlas_core::atomic::write_atomic(&out, &results::to_csv(&rows)?)?;
-    println!("{} results written to {}", rows.len(), out.display());
+    dlas_core::outln!("{} results written to {}", rows.len(), out.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -205,10 +215,14 @@ fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Resul
     };
     let config = dlas_runner::HostConfig {
         project_root: project.root.clone(),
-        results: args
-            .out
-            .clone()
-            .unwrap_or_else(|| project.results_dir(study).join("host.csv")),
+        // Resolved once: the samples and environment files go beside
+        // the file the rows go to (a link's target, not the link).
+        results: dlas_core::regular_file::resolve_output(
+            &args
+                .out
+                .clone()
+                .unwrap_or_else(|| project.results_dir(study).join("host.csv")),
+        )?,
         threads,
         protocol: host_protocol(&study.protocol, args),
         interleave: study.protocol.interleave,
@@ -218,9 +232,10 @@ fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Resul
             .clone()
             .unwrap_or_else(|| dlas_runner::tuning::best_path(&project.results_dir(study))),
         foreign_tuning: args.foreign_tuning,
+        retry_failed: args.retry_failed,
     };
     let report = dlas_runner::run_host(study, &plan.combinations, &config)?;
-    println!(
+    dlas_core::outln!(
         "{}: {} measured, {} unstable, {} failed, {} already done",
         config.results.display(),
         report.measured,
@@ -229,14 +244,14 @@ fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Resul
         report.already_done
     );
     if let Some(env) = &report.environment {
-        println!("environment: {}", env.display());
+        dlas_core::outln!("environment: {}", env.display());
     }
     for (reason, n) in &report.not_run {
-        eprintln!("not run here ({n}): {reason}");
+        dlas_core::errln!("not run here ({n}): {reason}");
     }
     let attempted = report.measured + report.unstable + report.failed + report.already_done;
     if attempted == 0 && !report.not_run.is_empty() {
-        eprintln!("error: none of the selected combinations can run here (reasons above)");
+        dlas_core::errln!("error: none of the selected combinations can run here (reasons above)");
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

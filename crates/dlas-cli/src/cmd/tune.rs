@@ -120,12 +120,12 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             &mut models,
         )?;
         for t in &tasks {
-            println!("{}", t.key);
+            dlas_core::outln!("{}", t.key);
         }
         for (reason, n) in &skipped {
-            println!("skipped {n} combination(s): {reason}");
+            dlas_core::outln!("skipped {n} combination(s): {reason}");
         }
-        println!(
+        dlas_core::outln!(
             "would tune {} distinct layers of {} combinations, at most {} trials each, into {}",
             tasks.len(),
             plan.combinations.len(),
@@ -136,13 +136,13 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     }
     let report = tuning::tune_host(&study, &plan.combinations, &config)?;
     for line in &report.skipped_lines {
-        eprintln!("warning: skipped an unreadable record at {line}");
+        dlas_core::errln!("warning: skipped an unreadable record at {line}");
     }
     for (reason, n) in &report.skipped {
-        eprintln!("skipped {n} combination(s): {reason}");
+        dlas_core::errln!("skipped {n} combination(s): {reason}");
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    println!(
+    dlas_core::outln!(
         "{} layers ({} searched now): {} new trials, {} rejected before measurement, {} failed, {:.0} s; mean speedup over the default schedule {:.2}x",
         report.tasks,
         report.searched,
@@ -153,14 +153,14 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         mean(&report.speedups)
     );
     if !report.curse.is_empty() {
-        println!(
+        dlas_core::outln!(
             "{} confirmation rounds re-measured the finalists of {} layers: the search's best was {:.2}x the confirmed cost of the schedule kept (mean; below 1 is the winner's curse)",
             report.new_confirmations,
             report.curse.len(),
             mean(&report.curse)
         );
     }
-    println!(
+    dlas_core::outln!(
         "records: {}\nbest-of: {}",
         config.records.display(),
         config.best.display()
@@ -195,7 +195,7 @@ pub fn bench(
         timeout: Duration::from_secs(600),
     };
     let median = |s: Vec<f64>| dlas_core::Summary::from_samples(&s).map_or(f64::NAN, |s| s.median);
-    println!(
+    dlas_core::outln!(
         "network,algorithm,layers,trials,search_s,layer_speedup_mean,layer_speedup_max,search_vs_confirmed_mean,untuned_ms,tuned_ms,tuned_vs_untuned,ort_opt_ms,tuned_vs_ort"
     );
     let mut summary = Vec::new();
@@ -262,7 +262,7 @@ pub fn bench(
             // cost (the winner's curse that confirmation removes).
             let curse = report.curse.iter().sum::<f64>() / report.curse.len().max(1) as f64;
             let trials = report.trials;
-            println!(
+            dlas_core::outln!(
                 "{dataset}/{model},{algorithm},{},{trials},{search_s:.1},{mean:.2},{max:.2},{curse:.3},{untuned_ms:.3},{tuned_ms:.3},{:.2},{ort:.3},{:.2}",
                 report.tasks,
                 untuned_ms / tuned_ms,
@@ -271,7 +271,7 @@ pub fn bench(
             summary.push(mean);
         }
     }
-    eprintln!(
+    dlas_core::errln!(
         "per-layer speedup of tuning, mean over networks and algorithms: {:.2}x (aim: 1.5x); trials {} per layer at most, early stop {}",
         summary.iter().sum::<f64>() / summary.len().max(1) as f64,
         budget.trials,

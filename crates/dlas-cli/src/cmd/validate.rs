@@ -84,15 +84,15 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let (rows, elsewhere) = rows_of_machine(&files, &host, &measured_dir)?;
     let validated = dlas_report::validation::validate(&rows, &host)?;
     if elsewhere > 0 {
-        println!(
+        dlas_core::outln!(
             "{elsewhere} row(s) measured on another machine than the calibrated one are left out"
         );
     }
     if args.rows {
-        println!("id,combination,measured_ms,predicted_ms,ratio");
+        dlas_core::outln!("id,combination,measured_ms,predicted_ms,ratio");
         for v in &validated {
             let r = &v.row;
-            println!(
+            dlas_core::outln!(
                 "{},{}/{} {} {} {} {}{},{:.3},{:.3},{:.3}",
                 r.id,
                 r.dataset,
@@ -107,7 +107,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
                 v.ratio()
             );
         }
-        println!();
+        dlas_core::outln!();
     }
     let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let footer = format!(
@@ -120,12 +120,12 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             .as_deref()
             .unwrap_or("no environment record"),
     );
-    print!(
+    dlas_core::out!(
         "{}",
         dlas_report::validation::error_table(&validated, 9, footer).markdown()
     );
     if let Some(e) = &host.efficiency {
-        println!(
+        dlas_core::outln!(
             "\nIn sample: the curves against the warm layer timings they are fitted to (median |ln(fitted/measured)| per class; the network rows above are out of sample{}):",
             match e.cold_left_out {
                 0 => String::new(),
@@ -133,7 +133,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             }
         );
         for (class, curve) in &e.curves {
-            println!(
+            dlas_core::outln!(
                 "  {class}: {} layers, median |ln| {:.3}, rms {:.3}; overhead {:.1} us, {:.3} ns per value, conversion x{:.2}",
                 curve.n,
                 curve.median_abs_log,

@@ -57,13 +57,13 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
         } => {
             let net = dlas_zoo::find(*dataset, model)?;
             let digest = export(net, out, *seed)?;
-            println!("{digest}  {}", out.display());
+            dlas_core::outln!("{digest}  {}", out.display());
         }
         Command::ExportAll { out, seed } => {
             for net in studied_networks(project)? {
                 let file = format!("{}-{}.onnx", net.dataset, net.name);
                 let digest = export(net, &out.join(&file), *seed)?;
-                println!("{digest}  {file}");
+                dlas_core::outln!("{digest}  {file}");
             }
             // The compressed models the dlas study runs: its pruning levels
             // (the native engine's sparse formats read their zeros) and the
@@ -97,7 +97,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
                         dlas_core::plan::format_level(level)
                     );
                     dlas_core::atomic::write_atomic(&out.join(&file), &bytes)?;
-                    println!("{}  {file}", hex::encode(Sha256::digest(&bytes)));
+                    dlas_core::outln!("{}  {file}", hex::encode(Sha256::digest(&bytes)));
                 }
             }
         }

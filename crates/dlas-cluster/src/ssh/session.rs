@@ -73,7 +73,7 @@ impl<'a> Session<'a> {
     }
 
     pub(super) fn say(&self, message: &str) {
-        eprintln!("[{}] {message}", self.destination);
+        dlas_core::errln!("[{}] {message}", self.destination);
     }
 
     /// Logs in again if the connection was lost (the master has exited), so
@@ -404,7 +404,7 @@ fn ssh_target(destination: &Destination) -> &str {
 fn relay(stream: impl Read, prefix: &str, keep: usize) -> Vec<String> {
     let mut tail = std::collections::VecDeque::new();
     for line in BufReader::new(stream).lines().map_while(Result::ok) {
-        eprintln!("{prefix} {line}");
+        dlas_core::errln!("{prefix} {line}");
         if keep > 0 {
             if tail.len() == keep {
                 tail.pop_front();

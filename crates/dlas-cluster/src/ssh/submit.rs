@@ -83,7 +83,7 @@ pub fn submit(
             let destination = &placement.hosts[shard % placement.hosts.len()];
             let (done, planned) = job.progress(&config.results_dir, shard);
             if done == planned {
-                eprintln!(
+                dlas_core::errln!(
                     "[{destination}] {} shard {shard}/{}: complete in {}, not run again",
                     plan.device,
                     plan.shards.len(),

@@ -329,7 +329,7 @@ mod tests {
     #[test]
     fn vnni_gemm_equals_the_reference_gemm() {
         if !vnni::available() {
-            eprintln!("skipped: this CPU has no AVX-512 VNNI");
+            dlas_core::errln!("skipped: this CPU has no AVX-512 VNNI");
             return;
         }
         for (i, wl) in [

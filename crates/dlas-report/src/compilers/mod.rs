@@ -102,6 +102,7 @@ pub const PAPER_MAP: &[Mapped] = &[
 
 /// The compiler study's catalogue.
 pub static CATALOGUE: Catalogue = Catalogue {
+    study: STUDY,
     tables: TABLES,
     figures: FIGURES,
     table_dir: TABLE_DIR,

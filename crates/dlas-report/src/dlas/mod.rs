@@ -138,6 +138,7 @@ pub const PAPER_MAP: &[Mapped] = &[
 
 /// The DLAS study's catalogue.
 pub static CATALOGUE: Catalogue = Catalogue {
+    study: "dlas",
     tables: TABLES,
     figures: FIGURES,
     table_dir: "paper-tables",

@@ -74,7 +74,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let plan = Plan::expand(&study);
     let expand_s = started.elapsed().as_secs_f64();
     let combinations = plan.combinations.len();
-    println!(
+    dlas_core::outln!(
         "fleet: {} devices, {combinations} combinations ({} per device, {} before rules); plan expanded in {:.3} s",
         devices.len(),
         combinations / devices.len(),
@@ -112,7 +112,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let scripts_bytes: u64 = std::fs::read_dir(results_dir.join("jobs"))?
         .filter_map(|e| Some(size(&e.ok()?.path())))
         .sum();
-    println!(
+    dlas_core::outln!(
         "submit (dry run): {} jobs, {tasks} array tasks of up to {} combinations; cluster.json {} bytes, \
          job scripts {scripts_bytes} bytes; {submit_s:.3} s",
         manifest.jobs.len(),
@@ -141,7 +141,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         }
     }
     let tasks_s = started.elapsed().as_secs_f64();
-    println!(
+    dlas_core::outln!(
         "tasks in process: {tasks} tasks, {rows} rows in {tasks_s:.2} s ({:.1} ms per task); \
          results {bytes} bytes, {:.0} bytes per row",
         tasks_s * 1e3 / tasks as f64,
@@ -176,7 +176,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         }
     }
     if !process_s.is_empty() {
-        println!(
+        dlas_core::outln!(
             "tasks as processes: {} tasks, {:.2} s each on average (same bytes as in process)",
             process_s.len(),
             process_s.iter().sum::<f64>() / process_s.len() as f64
@@ -187,7 +187,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let states = dlas_cluster::status(&results_dir)?;
     let status_s = started.elapsed().as_secs_f64();
     let done = states.iter().filter(|(_, _, s)| s == "done").count();
-    println!(
+    dlas_core::outln!(
         "status: {done} of {} shards done; {status_s:.3} s",
         states.len()
     );
@@ -199,7 +199,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     if !collected.missing.is_empty() {
         bail!("collect found missing shards: {:?}", collected.missing);
     }
-    println!(
+    dlas_core::outln!(
         "collect: {} rows checked and merged, {} bytes; {collect_s:.3} s",
         collected.rows.len(),
         size(&merged)
@@ -215,7 +215,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             .next()
             .map_or(0, |l| l.len() + 1) as u64;
         let n = host_rows.len().max(1) as f64;
-        println!(
+        dlas_core::outln!(
             "recorded host results ({}): {} rows, {:.0} bytes per row, samples {:.0} bytes per row",
             host.display(),
             host_rows.len(),
