@@ -86,8 +86,10 @@ struct Ready {
 pub struct Tuning {
     /// Distinct kernels (MetaSchedule tasks) of the model.
     pub tasks: usize,
-    /// Candidates this call measured.
+    /// Candidates this call measured, and the budget it had (the trials
+    /// per task times the tasks).
     pub trials: usize,
+    pub budget: usize,
     /// Tasks with at least one valid record in the database.
     pub tuned_tasks: usize,
     pub wall_s: f64,
@@ -287,12 +289,13 @@ impl Drop for TvmSession {
     }
 }
 
-/// A MetaSchedule search: its budget in candidates measured (spread evenly
-/// over the network's tasks), the population its evolutionary search
-/// scores with the cost model per round, and its seed.
+/// A MetaSchedule search: its budget in candidates measured per task of the
+/// network (the whole budget is this times the tasks TVM extracts), the
+/// population its evolutionary search scores with the cost model per
+/// round, and its seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Search {
-    pub trials: usize,
+    pub trials_per_task: usize,
     pub population: usize,
     pub seed: u64,
 }
@@ -321,8 +324,8 @@ pub fn tune(
         &options.algorithm,
         "--threads",
         &threads.to_string(),
-        "--trials",
-        &search.trials.to_string(),
+        "--trials-per-task",
+        &search.trials_per_task.to_string(),
         "--population",
         &search.population.to_string(),
         "--work-dir",

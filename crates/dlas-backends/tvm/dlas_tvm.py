@@ -330,12 +330,17 @@ def cmd_tune(args):
     tasks = ms.relax_integration.extract_tasks(mod, target)
     # An even split of the budget: with the default (per task = global budget, 64 per
     # iteration) the first tasks can use it all and later ones get no trial at all.
-    per_task = max(1, -(-args.trials // max(1, len(tasks))))
+    if args.trials_per_task is not None:
+        per_task = max(1, args.trials_per_task)
+        total = per_task * len(tasks)
+    else:
+        per_task = max(1, -(-args.trials // max(1, len(tasks))))
+        total = args.trials
     os.makedirs(args.work_dir, exist_ok=True)
     before = _count_lines(os.path.join(args.work_dir, "database_tuning_record.json"))
     db = ms.relax_integration.tune_relax(
         mod=mod, params={}, target=target, work_dir=args.work_dir,
-        max_trials_global=args.trials, max_trials_per_task=per_task,
+        max_trials_global=total, max_trials_per_task=per_task,
         num_trials_per_iter=min(64, per_task),
         builder=ms.builder.LocalBuilder(f_build=_ms_build, timeout_sec=args.build_timeout),
         runner=ms.runner.LocalRunner(timeout_sec=args.run_timeout),
@@ -347,7 +352,7 @@ def cmd_tune(args):
     tuned = {structural_hash(r.workload.mod) for r in valid}
     # trials: records this run added to DIR (one per measured candidate); records,
     # valid_records (finite run time) and tuned_tasks describe the whole database in DIR.
-    _emit({"tasks": len(tasks), "trials": len(records) - before, "budget": args.trials,
+    _emit({"tasks": len(tasks), "trials": len(records) - before, "budget": total,
            "trials_per_task": per_task, "records": len(records),
            "valid_records": len(valid), "tuned_tasks": len(tuned),
            "wall_s": round(time.perf_counter() - t0, 3), "tvm": tvm.__version__,
@@ -468,7 +473,11 @@ def main(argv=None):
         s.add_argument("--threads", type=int, default=1)
         s.add_argument("--seed", type=int, default=0)
         if name == "tune":
-            s.add_argument("--trials", type=int, required=True)
+            budget = s.add_mutually_exclusive_group(required=True)
+            budget.add_argument("--trials", type=int,
+                                help="candidates for the whole network, split evenly over its tasks")
+            budget.add_argument("--trials-per-task", type=int,
+                                help="candidates per task (the whole budget: this times the tasks)")
             s.add_argument("--work-dir", required=True)
             s.add_argument("--build-timeout", type=float, default=600.0)
             s.add_argument("--run-timeout", type=float, default=120.0)

@@ -98,12 +98,13 @@ impl Project {
         study.check_open_axis("device", &devices)?;
         study.check_open_axis("compiler", &compilers())?;
         for c in &study.compilers {
-            if let Some(trials) = &c.trials
+            if let Some(trials) = &c.trials_per_task
                 && c.id.get_ref() != dlas_core::TVM
             {
                 bail!(
-                    "{}: `trials` is MetaSchedule's budget per network and applies to the tvm \
-                     compiler only, not to {} (the native tuner's budget is `dlas tune --trials`)",
+                    "{}: `trials_per_task` is MetaSchedule's budget per task of a network and \
+                     applies to the tvm compiler only, not to {} (the native tuner's budget is \
+                     `dlas tune --trials`)",
                     study.locate(trials.span().start),
                     c.id.get_ref()
                 );

@@ -153,6 +153,10 @@ const MAPPINGS: &[(&str, Exercised)] = &[
         LongRunning(COMMANDS_RS, "killed_host_run_resumes_without_duplicates"),
     ),
     (
+        "dlas run --device host",
+        LongRunning(COMMANDS_RS, "killed_host_run_resumes_without_duplicates"),
+    ),
+    (
         "dlas crosscheck",
         LongRunning(
             RUNTIMES_RS,

@@ -80,11 +80,13 @@ pub struct CompilerEntry {
     pub tuned: Vec<bool>,
     /// Whether the algorithm, format and layout axes apply to this compiler.
     pub algorithms: bool,
-    /// The tuning budget of one network, in candidates measured, for
-    /// compilers that tune whole networks (Apache TVM's MetaSchedule);
-    /// the native engine's budget is per layer (`dlas tune --trials`).
+    /// The tuning budget of compilers that tune whole networks (Apache
+    /// TVM's MetaSchedule), in candidates measured per task (distinct
+    /// kernel) of the network: the budget curve in docs/compilers.md levels
+    /// off per task, and networks have 18 to 80 tasks. The native engine's
+    /// budget is per layer too (`dlas tune --trials`).
     #[serde(default)]
-    pub trials: Option<Spanned<usize>>,
+    pub trials_per_task: Option<Spanned<usize>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

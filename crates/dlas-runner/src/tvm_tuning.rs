@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 /// What one tuning was, saved as `tuning.json` beside its database.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    /// The study's budget for the network, in candidates.
+    /// The study's budget per task, and what it came to for the network
+    /// (times its tasks), in candidates.
+    pub trials_per_task: usize,
     pub budget: usize,
     /// Candidates measured.
     pub trials: usize,
@@ -36,7 +38,7 @@ pub struct Summary {
 /// The population MetaSchedule's evolutionary search scores per round. Its
 /// default, 512, spends 33-55 s of search per task and round on 2 cores
 /// whatever the trials; 128 took 25-30 s under load (docs/compilers.md has
-/// the budget curve this was chosen with).
+/// the budget curve measured with it).
 pub const POPULATION: usize = 128;
 
 /// The database folder of combination `c` under the study's results.
@@ -106,31 +108,32 @@ pub fn tune_command(study: &Study, c: &Combination) -> String {
     )
 }
 
-/// The study's budget per network for TVM (`trials` of its `tvm` compiler).
-pub fn budget(study: &Study) -> Result<usize> {
+/// The study's budget per task for TVM (`trials_per_task` of its `tvm`
+/// compiler).
+pub fn trials_per_task(study: &Study) -> Result<usize> {
     study
         .compilers
         .iter()
         .find(|c| c.id.get_ref() == dlas_backends::TVM)
-        .and_then(|c| c.trials.as_ref())
+        .and_then(|c| c.trials_per_task.as_ref())
         .map(|t| *t.get_ref())
         .filter(|&t| t > 0)
         .with_context(|| {
             format!(
-                "{}: the study's tvm compiler sets no `trials` (MetaSchedule's budget per network)",
+                "{}: the study's tvm compiler sets no `trials_per_task` (MetaSchedule's budget per task of a network)",
                 study.path.display()
             )
         })
 }
 
 /// What tuning a network needs: its ONNX file, input shape, threads,
-/// budget and seed.
+/// budget per task and seed.
 pub struct Job<'a> {
     pub combination: &'a Combination,
     pub model: PathBuf,
     pub input_shape: [usize; 4],
     pub threads: usize,
-    pub budget: usize,
+    pub trials_per_task: usize,
     pub population: usize,
     pub seed: u64,
 }
@@ -159,7 +162,7 @@ pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option
         job.threads,
         &options,
         tvm_runtime::Search {
-            trials: job.budget,
+            trials_per_task: job.trials_per_task,
             population: job.population,
             seed: job.seed,
         },
@@ -179,7 +182,8 @@ pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option
         std::fs::remove_dir_all(&logs)?;
     }
     let summary = Summary {
-        budget: job.budget,
+        trials_per_task: job.trials_per_task,
+        budget: report.budget,
         trials: report.trials,
         tasks: report.tasks,
         tuned_tasks: report.tuned_tasks,
@@ -217,7 +221,7 @@ pub fn tune_all(
     combinations: &[Combination],
     (project_root, results_dir): (&Path, &Path),
     threads: usize,
-    budget: usize,
+    trials_per_task: usize,
 ) -> Result<Report> {
     let mut models = crate::models::Models::new(project_root)?;
     let mut report = Report::default();
@@ -236,7 +240,7 @@ pub fn tune_all(
         let model = models.path(study, &crate::models::model_file_of(c))?;
         let [ch, h, w] = c.dataset.input_chw();
         let spinner = crate::progress::spinner(&format!(
-            "[{}/{}] tuning {label} with MetaSchedule ({budget} trials)",
+            "[{}/{}] tuning {label} with MetaSchedule ({trials_per_task} trials per task)",
             i + 1,
             jobs.len()
         ));
@@ -245,7 +249,7 @@ pub fn tune_all(
             model,
             input_shape: [c.batch, ch, h, w],
             threads,
-            budget,
+            trials_per_task,
             population: POPULATION,
             seed: study.protocol.seed,
         };

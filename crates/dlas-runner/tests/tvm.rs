@@ -113,7 +113,7 @@ fn a_tuned_session_applies_the_database_metaschedule_wrote() {
         model: model.clone(),
         input_shape: [1, 3, 32, 32],
         threads: 2,
-        budget: 12,
+        trials_per_task: 2,
         population: 16,
         seed: 5,
     };

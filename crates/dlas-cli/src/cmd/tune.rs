@@ -29,10 +29,11 @@ pub struct Args {
     /// Candidates measured per layer by the native tuner (the study: Ansor's 20,000).
     #[arg(long, default_value_t = Budget::STUDY.trials)]
     trials: usize,
-    /// Candidates MetaSchedule measures per TVM network (default: the study's
-    /// `trials` of its tvm compiler).
+    /// Candidates MetaSchedule measures per task (distinct kernel) of each
+    /// TVM network (default: the study's `trials_per_task` of its tvm
+    /// compiler).
     #[arg(long)]
-    tvm_trials: Option<usize>,
+    tvm_trials_per_task: Option<usize>,
     /// Stop a layer after this many candidates without improvement (the study: 1,000).
     #[arg(long, default_value_t = Budget::STUDY.early_stop)]
     early_stop: usize,
@@ -200,10 +201,10 @@ fn tune_tvm(
     threads: usize,
     args: &Args,
 ) -> Result<()> {
-    let budget = match args.tvm_trials {
-        Some(0) => bail!("--tvm-trials must be at least 1"),
+    let per_task = match args.tvm_trials_per_task {
+        Some(0) => bail!("--tvm-trials-per-task must be at least 1"),
         Some(n) => n,
-        None => tvm_tuning::budget(study)?,
+        None => tvm_tuning::trials_per_task(study)?,
     };
     let dir = project.results_dir(study);
     if args.dry_run {
@@ -220,11 +221,11 @@ fn tune_tvm(
     dlas_backends::tvm_runtime::check_installed(&dlas_backends::tvm_runtime::python(
         &project.root,
     ))?;
-    let report = tvm_tuning::tune_all(study, tvm, (&project.root, &dir), threads, budget)?;
+    let report = tvm_tuning::tune_all(study, tvm, (&project.root, &dir), threads, per_task)?;
     dlas_core::outln!(
-        "TVM: {} networks tuned now ({} trials each at most), {} tuned before; databases under {}",
+        "TVM: {} networks tuned now ({} trials per task at most), {} tuned before; databases under {}",
         report.tuned.len(),
-        budget,
+        per_task,
         report.already,
         dir.join("tuning/tvm").display()
     );
