@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 /// The name of the study this catalogue reports.
 pub const STUDY: &str = "compilers";
 /// The compiler study's tables, by number.
-pub const TABLES: &[usize] = &[1, 2, 3];
+pub const TABLES: &[usize] = &[1, 2, 3, 4];
 /// The compiler study's figures, by number.
 pub const FIGURES: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
 /// Where its figures and tables go.
@@ -98,6 +98,11 @@ pub const PAPER_MAP: &[Mapped] = &[
         paper: "ours, no counterpart in NGraphBench",
         differs: "the device model's error against the native-engine rows measured on the calibrated machine (the same validation as the DLAS study's Table 9)",
     },
+    Mapped {
+        item: Item::Table(4),
+        paper: "ours, no counterpart in NGraphBench",
+        differs: "the device model on another CPU and per model family (CNN, modern CNN, transformer, block-repeat): each calibrated machine's model predicting its own and the other machine's native rows (the same test as the DLAS study's Table 11)",
+    },
 ];
 
 /// The compiler study's catalogue.
@@ -111,6 +116,7 @@ pub static CATALOGUE: Catalogue = Catalogue {
     page: PAGE,
     command: "cargo xtask reproduce --study compilers --all",
     claims_command: "dlas claims --study compilers FILE...",
+    transfer_table: 4,
     validation_table: 3,
     verdict_table: None,
     compression_tables: &[],
@@ -302,6 +308,7 @@ pub fn table(n: usize, inputs: &Inputs) -> Result<Table> {
         1 => Ok(figures::devices_and_compilers(inputs)),
         2 => Ok(figures::metrics_table(inputs)),
         3 => Ok(crate::validation::table_of(inputs.validation, 3)),
+        4 => Ok(crate::transfer::table_of(inputs.transfer, 4)),
         _ => bail!("the compiler study has no table {n}; tables: {TABLES:?}"),
     }
 }
