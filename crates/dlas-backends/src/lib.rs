@@ -98,3 +98,14 @@ pub fn relative_l2(a: &[f32], b: &[f32]) -> f64 {
     }
     (num / den.max(f64::MIN_POSITIVE)).sqrt()
 }
+
+#[cfg(test)]
+mod tests {
+    /// The planner's list (core, which builds without the runtimes) and
+    /// the loader's are one list.
+    #[test]
+    fn core_names_the_compilers_this_crate_loads() {
+        assert_eq!(super::COMPILERS, dlas_core::HOST_COMPILERS);
+        assert_eq!(super::TVM, dlas_core::TVM);
+    }
+}

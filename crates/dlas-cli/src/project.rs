@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// the graph compilers of the mocked devices (`eager`, `vendor`).
 pub fn compilers() -> Vec<String> {
     std::iter::once(dlas_core::NATIVE)
-        .chain(dlas_backends::COMPILERS.iter().copied())
+        .chain(dlas_core::HOST_COMPILERS.iter().copied())
         .chain(dlas_devices::GraphCompiler::IDS)
         .map(String::from)
         .collect()
@@ -99,7 +99,7 @@ impl Project {
         study.check_open_axis("compiler", &compilers())?;
         for c in &study.compilers {
             if let Some(trials) = &c.trials
-                && c.id.get_ref() != dlas_backends::TVM
+                && c.id.get_ref() != dlas_core::TVM
             {
                 bail!(
                     "{}: `trials` is MetaSchedule's budget per network and applies to the tvm \

@@ -22,7 +22,7 @@ pub mod text;
 pub use axes::{Algorithm, Compression, Dataset, Format, Layout};
 pub use environment::Environment;
 pub use filter::Filter;
-pub use plan::{Combination, NATIVE, Plan, Shard};
+pub use plan::{Combination, HOST_COMPILERS, NATIVE, Plan, Shard, TVM};
 pub use results::{ResultRow, Status};
 pub use stats::Summary;
 pub use study::Study;
