@@ -360,3 +360,30 @@ fn reproduce_check_names_every_file_that_differs() {
         "only the selection is compared: {err}"
     );
 }
+
+#[test]
+fn validate_transfer_prices_another_machines_rows_three_ways() {
+    let root = root();
+    let path = |p: &str| root.join(p).display().to_string();
+    let out = ok(&[
+        "validate",
+        "--transfer",
+        &path("data/devices/measured/host.toml"),
+        &path("data/results/dlas/archive/validation-intel-xeon.csv"),
+    ]);
+    // The other machine's specification is found by the rows' records.
+    assert!(out.contains("host-intel-xeon.toml"), "{out}");
+    for scaling in ["unscaled", "specification", "per instruction set"] {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("| {scaling}"))),
+            "{scaling}: {out}"
+        );
+    }
+    // Without the other machine's rows it says what it needs.
+    let err = fails(&[
+        "validate",
+        "--transfer",
+        &path("data/devices/measured/host.toml"),
+    ]);
+    assert!(err.contains("--transfer needs"), "{err}");
+}

@@ -12,6 +12,7 @@ pub mod efficiency;
 mod fit;
 pub mod mock;
 pub mod run;
+pub mod scaling;
 pub mod spec;
 pub mod workload;
 
@@ -19,7 +20,8 @@ pub use compiler::GraphCompiler;
 pub use efficiency::Efficiency;
 pub use mock::MockDevice;
 pub use run::{MockProtocol, is_mocked, predict_measured, run_mocked};
-pub use spec::{DeviceKind, DeviceSpec, Origin, load_calibrated, load_specs};
+pub use scaling::load_specs;
+pub use spec::{DeviceKind, DeviceSpec, Origin, load_calibrated, load_calibration};
 pub use workload::{Kernel, KernelKind, Workload};
 
 use dlas_core::Combination;

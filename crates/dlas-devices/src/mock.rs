@@ -35,7 +35,7 @@ use dlas_core::{Algorithm, Combination, Compression};
 use rand_distr::{Distribution, LogNormal};
 
 /// Bumped whenever the model's equations change; recorded in every result row.
-pub const MODEL_VERSION: u32 = 4;
+pub const MODEL_VERSION: u32 = 5;
 
 /// A device whose time comes from [`DeviceSpec`] through the model above.
 #[derive(Debug, Clone)]

@@ -39,6 +39,13 @@ pub struct DeviceSpec {
     /// fp32 lanes per core per cycle that can issue a fused multiply-add
     /// (SIMD width x FMA pipes on a CPU; ALU lanes per core on a GPU).
     pub fma_lanes: usize,
+    /// fp32 lanes per core per cycle of 256-bit (AVX2) FMAs, where the
+    /// widest FMA is wider and not at the same rate per lane (two AVX-512
+    /// units: half of `fma_lanes`). Absent: the widest FMA is no wider, or
+    /// runs at the 256-bit rate (Zen 4). The engine's AVX2-only kernels
+    /// run at this rate (`scaling.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fma_lanes_256: Option<usize>,
     /// fp32 FMA pipes per core: the throughput of independent scalar FMAs.
     pub fma_pipes: usize,
     /// Cycles from one FMA to a dependent one (a reduction's loop-carried chain).
@@ -127,45 +134,55 @@ impl DeviceSpec {
 /// The calibrated machine's folder under the devices folder.
 pub const MEASURED_DIR: &str = "measured";
 
-/// Reads every `*.toml` in `dir`, sorted by id, and attaches to every CPU
-/// the efficiency curves fitted to the calibration in `dir/measured`.
-pub fn load_specs(dir: &Path) -> Result<Vec<DeviceSpec>> {
-    let host = load_calibrated(&dir.join(MEASURED_DIR))?;
-    let mut specs = read_specs(dir)?;
-    for spec in specs.iter_mut().filter(|s| s.kind == DeviceKind::Cpu) {
-        spec.efficiency = host.efficiency.clone();
-    }
-    Ok(specs)
-}
-
 /// The calibrated machine: `host.toml` (its measured specification) and
 /// `host-layers.csv` (its layer micro-benchmarks), with the curves fitted.
 pub fn load_calibrated(dir: &Path) -> Result<DeviceSpec> {
     let path = dir.join("host.toml");
-    let mut host = read_spec(&path).with_context(|| {
+    read_spec(&path).with_context(|| {
         format!(
             "the device model needs this machine's calibration ({}); `dlas devices calibrate` writes it",
             path.display()
         )
     })?;
+    load_calibration(&path)
+}
+
+/// A calibration saved under any name: `host<suffix>.toml` and the layer
+/// timings beside it, `host-layers<suffix>.csv` (an archived calibration,
+/// e.g. `archive/host-intel-xeon.toml`), with the curves fitted.
+pub fn load_calibration(path: &Path) -> Result<DeviceSpec> {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let Some(suffix) = stem.strip_prefix("host") else {
+        bail!(
+            "{}: a calibration is named host<suffix>.toml, its layer timings host-layers<suffix>.csv",
+            path.display()
+        );
+    };
+    let mut host = read_spec_named(path, false)?;
     if host.origin != Origin::Measured || host.measured.is_none() {
         bail!(
             "{}: a calibration must have `origin = \"measured\"` and its `[measured]` micro-benchmarks",
             path.display()
         );
     }
-    let layers = dlas_core::calibration::read_layer_timings(&dir.join("host-layers.csv"))?;
+    let layers = path.with_file_name(format!("host-layers{suffix}.csv"));
+    let layers = dlas_core::calibration::read_layer_timings(&layers)?;
     host.efficiency = Some(Arc::new(Efficiency::fit(&host, &layers)?));
     Ok(host)
 }
 
 fn read_spec(path: &Path) -> Result<DeviceSpec> {
+    read_spec_named(path, true)
+}
+
+/// A specification file; `named`: it must be named after its id.
+fn read_spec_named(path: &Path, named: bool) -> Result<DeviceSpec> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let spec: DeviceSpec = toml::from_str(&text)
         .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
     spec.check(path)?;
-    if path.file_stem().and_then(|s| s.to_str()) != Some(spec.id.as_str()) {
+    if named && path.file_stem().and_then(|s| s.to_str()) != Some(spec.id.as_str()) {
         bail!(
             "{}: the file must be named after its id (`{}.toml`)",
             path.display(),
@@ -175,7 +192,8 @@ fn read_spec(path: &Path) -> Result<DeviceSpec> {
     Ok(spec)
 }
 
-fn read_specs(dir: &Path) -> Result<Vec<DeviceSpec>> {
+/// Every `*.toml` in `dir`, sorted by id.
+pub(crate) fn read_specs(dir: &Path) -> Result<Vec<DeviceSpec>> {
     let mut specs = Vec::new();
     let entries = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read device folder {}", dir.display()))?;

@@ -48,6 +48,9 @@ pub struct Catalogue {
     /// The table with the device model's error measured on this machine,
     /// which footers of modelled figures cite.
     pub validation_table: usize,
+    /// The table with the device model's error on another CPU (the
+    /// cross-machine test), which footers of modelled CPUs cite.
+    pub transfer_table: usize,
     pub verdict_table: Option<(usize, VerdictTable)>,
     /// The tables drawn from the compression facts, which take seconds to
     /// compute; the CLI computes them only for these.

@@ -7,11 +7,10 @@
 //! so every study's catalogue and the claims machinery can read it without
 //! reading each other.
 
+pub use crate::architecture::Architecture;
 use crate::compression::{LayerSlice, RecordedAccuracy, Sweeps};
 use dlas_core::{Dataset, Plan, ResultRow, Study};
 use dlas_devices::{DeviceKind, DeviceSpec};
-use dlas_zoo::Graph;
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::PathBuf;
@@ -40,6 +39,10 @@ pub struct Inputs<'a> {
     /// The device model against rows measured on the calibrated machine
     /// (`dlas validate`), when the study has them.
     pub validation: Option<&'a crate::validation::Validation>,
+    /// The device model on another machine (`dlas validate --transfer`,
+    /// every pair of calibrated machines): the error a mocked CPU's
+    /// numbers carry, which footers print.
+    pub transfer: Option<&'a crate::transfer::Transfer>,
 }
 
 /// A results file and its rows in [`Inputs::results`].
@@ -94,39 +97,6 @@ pub struct Network {
     pub params: usize,
     /// What it is made of (the compiler study's findings compare kinds).
     pub architecture: Architecture,
-}
-
-/// What a network is made of, read from the zoo's operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Architecture {
-    /// Convolutions, batch norm and element-wise operators only.
-    Cnn,
-    /// Convolutions with layer normalisation and no attention (ConvNeXt).
-    ModernCnn,
-    /// Self-attention.
-    Transformer,
-}
-
-impl Architecture {
-    pub fn of(graph: &Graph) -> Architecture {
-        let kinds = graph.op_histogram();
-        if kinds.contains_key("Attention") {
-            Architecture::Transformer
-        } else if kinds.contains_key("LayerNorm") {
-            Architecture::ModernCnn
-        } else {
-            Architecture::Cnn
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Architecture::Cnn => "CNN",
-            Architecture::ModernCnn => "modern CNN",
-            Architecture::Transformer => "transformer",
-        }
-    }
 }
 
 /// The size of every zoo network of `study` (user ONNX files have none).

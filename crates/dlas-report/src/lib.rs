@@ -12,6 +12,7 @@
 //! Each study has its own module with its [`Catalogue`] (`dlas`,
 //! `compilers`); [`catalogue_of`] picks one by the study's name.
 
+mod architecture;
 pub mod catalogue;
 pub mod claims;
 pub mod compare;
@@ -25,6 +26,7 @@ pub mod page;
 pub mod paper_map;
 pub mod provenance;
 pub mod table;
+pub mod transfer;
 pub mod validation;
 
 pub use catalogue::Catalogue;

@@ -77,13 +77,16 @@ pub fn bsr(compiled: &Curve, baseline: &Curve) -> Option<f64> {
 }
 
 /// The uncompiled configuration a compiled one is compared with: the same
-/// runtime with its graph optimizations off, the native engine untuned, or
-/// (mocked devices) the eager framework for the vendor compiler.
+/// runtime with its graph optimizations off, ONNX Runtime without graph
+/// optimizations for OpenVINO (the host's uncompiled graph against its
+/// vendor compiler), the native engine or TVM untuned, or (mocked devices)
+/// the eager framework for the vendor compiler.
 pub fn baseline_of(compiler: &str, tuned: bool) -> Option<(&'static str, bool)> {
     match (compiler, tuned) {
-        ("ort-opt", _) => Some(("ort-noopt", false)),
+        ("ort-opt" | "openvino-f32" | "openvino-native", _) => Some(("ort-noopt", false)),
         ("tract-opt", _) => Some(("tract-plain", false)),
         (dlas_core::NATIVE, true) => Some((dlas_core::NATIVE, false)),
+        ("tvm", true) => Some(("tvm", false)),
         ("vendor", _) => Some(("eager", false)),
         _ => None,
     }
@@ -125,8 +128,8 @@ pub fn metrics(rows: &[ResultRow]) -> Vec<Metrics> {
             .add(r.batch, ms);
     }
     let name = |c: &str, tuned: bool| {
-        if c == dlas_core::NATIVE {
-            format!("native {}", if tuned { "tuned" } else { "untuned" })
+        if c == dlas_core::NATIVE || c == "tvm" {
+            format!("{c} {}", if tuned { "tuned" } else { "untuned" })
         } else {
             c.to_string()
         }

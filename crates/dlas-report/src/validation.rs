@@ -167,6 +167,41 @@ pub fn spearman(x: &[f64], y: &[f64]) -> Option<f64> {
     (vx > 0.0 && vy > 0.0).then(|| cov / (vx * vy).sqrt())
 }
 
+/// The family of a row's network ([`family_of`]).
+pub fn family(v: &Validated) -> String {
+    family_of(v.row.dataset, &v.row.model).to_string()
+}
+
+/// The family of a network, as the compiler study groups errors: the
+/// block-repeat models (`blocks-<kind>-<depth>`), then the zoo's
+/// architectures (CNN, modern CNN for ConvNeXt, transformer); "other" for
+/// a model outside the zoo. Memoised: building a graph to read its
+/// operators is the cost.
+pub fn family_of(dataset: dlas_core::Dataset, model: &str) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MEMO: OnceLock<Mutex<HashMap<(dlas_core::Dataset, String), &'static str>>> =
+        OnceLock::new();
+    if model.starts_with("blocks-") {
+        return "block-repeat";
+    }
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(f) = memo
+        .lock()
+        .expect("memo lock")
+        .get(&(dataset, model.to_string()))
+    {
+        return f;
+    }
+    let f = dlas_zoo::find(dataset, model).map_or("other", |n| {
+        crate::architecture::Architecture::of(&(n.build)()).label()
+    });
+    memo.lock()
+        .expect("memo lock")
+        .insert((dataset, model.to_string()), f);
+    f
+}
+
 /// A grouping's name and the group of each row.
 pub type Grouping = (&'static str, fn(&Validated) -> String);
 
@@ -180,6 +215,7 @@ pub fn groupings() -> Vec<Grouping> {
         ("tuned", |v| {
             if v.row.tuned { "tuned" } else { "untuned" }.into()
         }),
+        ("family", family),
         ("network", |v| format!("{}/{}", v.row.dataset, v.row.model)),
         ("dataset", |v| v.row.dataset.to_string()),
     ]

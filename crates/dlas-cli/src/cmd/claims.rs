@@ -66,6 +66,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         layer: None,
         accuracy: &accuracy,
         validation: None,
+        transfer: None,
     };
     let checked = catalogue.check(&inputs);
     let text = if args.markdown {

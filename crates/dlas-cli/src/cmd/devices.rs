@@ -225,6 +225,8 @@ fn spec_of(m: &Machine, cpu: &str, environment: String) -> DeviceSpec {
         kind: DeviceKind::Cpu,
         cores: threads,
         fma_lanes,
+        // The 256-bit rate is measured (`[measured]`, avx2-fma).
+        fma_lanes_256: None,
         fma_pipes: pipes,
         fma_latency: FMA_LATENCY_CYCLES,
         clock_ghz: round(clock_ghz, 4),

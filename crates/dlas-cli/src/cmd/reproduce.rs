@@ -123,6 +123,21 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     };
     let accuracy = facts::recorded_accuracy(&published);
     let validation = super::validate::validation_of(project, &study.name)?;
+    // The cross-machine test is computed for everything of a committed
+    // study (and written, so `--check` compares it); a single figure or
+    // table, and a user's study, read the committed predictions.
+    let transfer = if selection == Selection::All && catalogue.study == study.name {
+        let computed = super::validate::transfer::transfer_of(project)?;
+        if let Some(t) = &computed {
+            artifacts.push(Artifact {
+                path: dlas_report::transfer::TRANSFER_CSV.into(),
+                bytes: t.to_csv()?,
+            });
+        }
+        computed
+    } else {
+        super::validate::transfer::committed(project)?
+    };
     // The report reads the plan; it never expands one.
     let plan = Plan::expand(&study);
     let inputs = Inputs {
@@ -136,6 +151,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         layer: layer.as_ref(),
         accuracy: &accuracy,
         validation: validation.as_ref(),
+        transfer: transfer.as_ref(),
     };
     artifacts.extend(catalogue.build(&inputs, selection)?);
     let mut differing = Vec::new();

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+pub mod transfer;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Measured results files (default: the study's `host.csv`).
@@ -20,6 +22,18 @@ pub struct Args {
     /// Also print every row: id, combination, measured and predicted ms, ratio.
     #[arg(long)]
     rows: bool,
+    /// Predict the rows of FILES, measured on another machine, with this
+    /// calibration (`host<suffix>.toml`, its layer timings beside it),
+    /// carried to the other machine's specification in each of the ways
+    /// the model knows (docs/devices.md, "Another CPU").
+    #[arg(long, value_name = "CALIBRATION")]
+    transfer: Option<PathBuf>,
+    /// With --transfer: the other machine's specification (its own
+    /// calibration's `host<suffix>.toml`); by default the calibration in
+    /// data/devices/measured/ or its archive of the machine the rows were
+    /// measured on.
+    #[arg(long, requires = "transfer")]
+    spec: Option<PathBuf>,
 }
 
 /// The native rows measured on the calibrated machine for its validation,
@@ -67,6 +81,10 @@ pub fn rows_of_machine(
 }
 
 pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
+    if let Some(calibration) = &args.transfer {
+        transfer::run(project, calibration, args.spec.as_deref(), &args.files)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let files = if args.files.is_empty() {
         let dir = project.root.join("data/results").join(&args.study);
         vec![dir.join("host.csv"), dir.join(VALIDATION_FILE)]

@@ -191,8 +191,10 @@ pub struct Cells<'a> {
 }
 
 impl<'a> Cells<'a> {
-    /// Rows without timing, at other batch sizes, of runtimes that choose
-    /// their own kernels, or of an algorithm the paper did not compare
+    /// Rows without timing, at other batch sizes, of any compiler but the
+    /// native engine (runtimes that choose their own kernels, and Apache
+    /// TVM, whose algorithms and tuning are its own: its rows never enter
+    /// the native engine's cells), or of an algorithm the paper did not compare
     /// (winograd: its claims are about direct, gemm and spatial pack, and a
     /// fourth algorithm would change every "fastest" and "over dense" they
     /// count) do not enter. Where an algorithm was measured in several
@@ -202,7 +204,11 @@ impl<'a> Cells<'a> {
         let mut order = Vec::new();
         for r in rows {
             let Some(ms) = r.median_ms else { continue };
-            if r.batch != 1 || !r.status.has_timing() || !r.algorithm.in_dlas_paper() {
+            if r.batch != 1
+                || !r.status.has_timing()
+                || r.compiler != dlas_core::NATIVE
+                || !r.algorithm.in_dlas_paper()
+            {
                 continue;
             }
             if !order.contains(&r.device.as_str()) {
@@ -415,5 +421,28 @@ mod tests {
         let items: Vec<String> = ["a", "b", "c"].map(String::from).into();
         assert_eq!(first_of(&items, 2), "a; b; and 1 more");
         assert_eq!(first_of(&items, 3), "a; b; c");
+    }
+
+    #[test]
+    fn only_the_native_engine_enters_the_cells() {
+        let row = |compiler: &str, ms| {
+            let mut r = crate::claims::fixtures::row(
+                "host",
+                Dataset::Cifar10,
+                "resnet18",
+                Compression::Dense,
+                Algorithm::Gemm,
+                true,
+                ms,
+            );
+            r.compiler = compiler.into();
+            r
+        };
+        // TVM's GEMM is faster, but it is TVM's, not the native engine's.
+        let rows = [row(dlas_core::NATIVE, 10.0), row("tvm", 5.0)];
+        let cells = Cells::new(&rows);
+        let key = cells.keys().next().cloned().expect("one cell");
+        assert_eq!(cells.keys().count(), 1);
+        assert_eq!(cells.best(&key), Some((Algorithm::Gemm, 10.0)));
     }
 }

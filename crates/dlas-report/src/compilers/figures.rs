@@ -24,13 +24,7 @@ pub fn devices_and_compilers(inputs: &Inputs) -> Table {
             .combinations
             .iter()
             .filter(|c| &c.device == id)
-            .map(|c| {
-                if c.is_native() {
-                    format!("native {}", if c.tuned { "tuned" } else { "untuned" })
-                } else {
-                    c.compiler.clone()
-                }
-            })
+            .map(|c| super::config_of(&c.compiler, c.tuned))
             .collect();
         let spec = inputs.specs.iter().find(|s| &s.id == id);
         let pairs: Vec<String> = PAIRS

@@ -130,13 +130,7 @@ pub fn flow(inputs: &Inputs) -> FigureData {
                 .combinations
                 .iter()
                 .filter(|c| &c.device == id)
-                .map(|c| {
-                    if c.is_native() {
-                        format!("native {}", if c.tuned { "tuned" } else { "untuned" })
-                    } else {
-                        c.compiler.clone()
-                    }
-                })
+                .map(|c| super::config_of(&c.compiler, c.tuned))
                 .collect();
             format!(
                 "{id}: {}",

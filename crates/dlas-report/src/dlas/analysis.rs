@@ -234,9 +234,11 @@ pub fn best_algorithm(inputs: &Inputs, footer: String) -> FigureData {
     let keys = groups(inputs, Compression::ALL);
     let devices = devices(inputs, &index);
     let mut columns = Vec::new();
+    // A heatmap has no hollow bars: a modelled device's columns say so.
     for (d, _) in &devices {
-        columns.push(format!("{d} untuned"));
-        columns.push(format!("{d} tuned"));
+        for tuning in ["untuned", "tuned"] {
+            columns.push(crate::provenance::mark(inputs, d, format!("{d} {tuning}")));
+        }
     }
     let cells = keys
         .iter()

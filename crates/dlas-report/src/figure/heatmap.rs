@@ -4,11 +4,23 @@ use super::{COLOURS, DrawResult, Heatmap};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+/// The grid's top: below the column labels, drawn rotated upwards from
+/// it, the longest of which sets it (at least 150 pixels).
+pub(super) fn top(h: &Heatmap) -> u32 {
+    let longest = h
+        .columns
+        .iter()
+        .map(|c| super::layout::text_width(c, 12.0))
+        .max()
+        .unwrap_or(0);
+    (longest + 24).max(150)
+}
+
 pub(super) fn draw<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> DrawResult<()>
 where
     DB::ErrorType: 'static,
 {
-    let (left, top, cell_w, cell_h) = (330i32, 150i32, 110i32, 18i32);
+    let (left, top, cell_w, cell_h) = (330i32, top(h) as i32, 110i32, 18i32);
     let text = ("sans-serif", 12).into_font().color(&BLACK);
     for (c, column) in h.columns.iter().enumerate() {
         let x = left + c as i32 * cell_w + cell_w / 2 - 6;

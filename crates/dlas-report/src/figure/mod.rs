@@ -246,7 +246,7 @@ impl FigureData {
             Body::Scatter(panels) => (900, PANEL_HEIGHT * panels.len().max(1) as u32),
             Body::Heatmap(h) => (
                 (420 + 110 * h.columns.len() as u32).max(900),
-                190 + 18 * h.rows.len() as u32,
+                heatmap::top(h) + 40 + 18 * h.rows.len() as u32,
             ),
             Body::Stack(layers) => (
                 1100,

@@ -66,6 +66,7 @@ pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let accuracy = accuracy(&root);
     let plan = Plan::expand(&study);
     let validation = validation(&root);
+    let transfer = transfer(&root);
     let inputs = Inputs {
         study: &study,
         plan: &plan,
@@ -77,6 +78,7 @@ pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         layer: Some(&layer),
         accuracy: &accuracy,
         validation: Some(&validation),
+        transfer: Some(&transfer),
     };
     f(&inputs);
 }
@@ -90,6 +92,7 @@ pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let sweeps = Sweeps::default();
     let plan = Plan::expand(&study);
     let validation = validation(&root);
+    let transfer = transfer(&root);
     let inputs = Inputs {
         study: &study,
         plan: &plan,
@@ -101,8 +104,19 @@ pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         layer: None,
         accuracy: &[],
         validation: Some(&validation),
+        transfer: Some(&transfer),
     };
     f(&inputs);
+}
+
+/// The device model on another machine: the committed predictions of
+/// every pair of calibrated machines, as `reproduce` reads them.
+fn transfer(root: &Path) -> dlas_report::transfer::Transfer {
+    dlas_report::transfer::Transfer::read(
+        &root.join(dlas_report::transfer::TRANSFER_CSV),
+        dlas_report::transfer::sources(),
+    )
+    .unwrap()
 }
 
 /// The device model's validation: the committed validation rows, measured
