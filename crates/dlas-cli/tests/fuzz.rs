@@ -307,7 +307,11 @@ fn fuzz_environment() {
             let md = table.markdown();
             assert_eq!(md.lines().filter(|l| l.starts_with('|')).count(), 3, "{md}");
             let tex = table.latex();
-            assert_eq!(tex.lines().filter(|l| l.ends_with(" \\\\")).count(), 2, "{tex}");
+            assert_eq!(
+                tex.lines().filter(|l| l.ends_with(" \\\\")).count(),
+                2,
+                "{tex}"
+            );
         }
     });
 }

@@ -726,13 +726,8 @@ mod tests {
             ":1: no column median_ms; a results file has",
         );
         // A failed row has no timing to check.
-        let failed = ResultRow::without_timing(
-            &combination(),
-            1,
-            Status::Failed,
-            "x",
-            "env-0123456789ab",
-        );
+        let failed =
+            ResultRow::without_timing(&combination(), 1, Status::Failed, "x", "env-0123456789ab");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.csv");
         std::fs::write(&path, to_csv(std::slice::from_ref(&failed)).unwrap()).unwrap();
@@ -797,7 +792,7 @@ mod tests {
         std::fs::write(&path, text(&[failed.clone(), measured_at(2), measured()])).unwrap();
         assert_eq!(read_results(&path).unwrap(), [measured_at(2), measured()]);
         std::fs::write(&path, text(&[failed.clone(), failed.clone()])).unwrap();
-        assert_eq!(read_results(&path).unwrap(), [failed.clone()]);
+        assert_eq!(read_results(&path).unwrap(), std::slice::from_ref(&failed));
         std::fs::write(&path, text(&[measured(), measured_at(2), failed])).unwrap();
         let err = read_results(&path).unwrap_err().to_string();
         assert!(
