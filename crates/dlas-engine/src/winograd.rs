@@ -76,12 +76,6 @@ mod transforms;
 #[cfg(target_arch = "x86_64")]
 use avx512::{input_group_avx512, output_group_avx512};
 
-/// Whether the kernel can compute `w`: a 3x3 stride-1 convolution with
-/// one group.
-pub(crate) fn computes(w: &Workload) -> bool {
-    w.kernel == 3 && w.stride == 1 && w.groups == 1
-}
-
 /// Whether a Winograd configuration runs `w` as Winograd: a layer the
 /// kernel computes (grouped and depthwise layers have too few channels
 /// per group for the products to be GEMMs worth running) with enough
@@ -150,7 +144,7 @@ impl WinogradConv {
         nhwc: bool,
         isa: Isa,
     ) -> WinogradConv {
-        debug_assert!(computes(&w), "{w}: not a Winograd layer");
+        debug_assert!(w.winograd_computes(), "{w}: not a Winograd layer");
         let (k, c) = (w.out_channels, w.in_channels);
         let u = match tile {
             WinogradTile::F4x4 => transformed::<4, 6, F4>(weights, k * c),

@@ -52,6 +52,13 @@ impl Workload {
         self.in_channels_per_group() == 1 && self.out_channels_per_group() == 1 && self.groups > 1
     }
 
+    /// Whether the Winograd kernel can compute this layer: 3x3, stride 1,
+    /// one group (kept here, with the shape, so schedule validation and the
+    /// kernel read it without importing each other).
+    pub(crate) fn winograd_computes(&self) -> bool {
+        self.kernel == 3 && self.stride == 1 && self.groups == 1
+    }
+
     pub fn in_channels_per_group(&self) -> usize {
         self.in_channels / self.groups
     }

@@ -122,7 +122,8 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         (Sweeps::default(), None)
     };
     let accuracy = facts::recorded_accuracy(&published);
-    let validation = super::validate::validation_of(project, &study.name)?;
+    let validation =
+        super::validate::validation_of(project, &study.name, catalogue.validation_table)?;
     // The report reads the plan; it never expands one.
     let plan = Plan::expand(&study);
     let inputs = Inputs {
