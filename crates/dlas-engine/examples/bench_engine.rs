@@ -275,9 +275,15 @@ fn main() -> anyhow::Result<()> {
                     let wt: Vec<f32> = (0..w.out_channels * w.reduction())
                         .map(|_| rng.random_range(-1.0..1.0))
                         .collect();
+                    let gemm = *layers[3][i].key();
                     let key = LayerKey {
                         kernel: KernelAlgorithm::Winograd,
-                        ..*layers[3][i].key()
+                        class: dlas_core::KernelClass {
+                            family: dlas_core::kernel::KernelFamily::Winograd,
+                            tile: Some(dlas_core::kernel::WinogradTile::F4x4),
+                            ..gemm.class
+                        },
+                        ..gemm
                     };
                     let s = key.default_schedule(THREADS);
                     Conv2d::new(key, s, &wt, None, dlas_engine::Activation::Relu)

@@ -34,6 +34,18 @@ pub enum DType {
     I8,
 }
 
+impl DType {
+    /// The study's name for the stored type (`dlas_core::kernel`).
+    pub fn precision(self) -> dlas_core::kernel::Precision {
+        use dlas_core::kernel::Precision;
+        match self {
+            DType::F32 => Precision::F32,
+            DType::F16 => Precision::F16,
+            DType::I8 => Precision::I8,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// Threads of the engine's own pool (never the global rayon pool);

@@ -1,7 +1,6 @@
 //! One convolution layer: the kernel its [`LayerKey`] names, with weights
 //! packed for it and its schedule at load, and its epilogue.
 
-use crate::algorithm::KernelAlgorithm;
 use crate::config::{ConfigError, DType};
 use crate::depthwise::{DepthwiseConv, DepthwiseNhwc};
 use crate::direct::DirectConv;
@@ -10,11 +9,12 @@ use crate::gemm::GemmConv;
 use crate::int8::Int8Conv;
 use crate::inverted::{self, Tiles};
 use crate::isa::Isa;
-use crate::lowering::LayerKey;
+use crate::lowering::{LayerKey, schedule_algorithm};
 use crate::schedule::Schedule;
 use crate::spatial_pack::SpatialPackConv;
 use crate::winograd::{self, WinogradConv};
 use crate::workload::Workload;
+use dlas_core::kernel::{KernelClass, KernelFamily, WinogradTile};
 use dlas_core::{Format, Layout};
 use dlas_zoo::quant::ActivationQuant;
 
@@ -72,39 +72,38 @@ impl Conv2d {
             weights.len()
         );
         schedule.validate(&w)?;
+        anyhow::ensure!(
+            schedule_algorithm(&key.class) == key.kernel,
+            "{w}: the key's {} kernel is not driven by its {} schedules",
+            key.class,
+            key.kernel
+        );
         let nhwc = key.layout == Layout::Nhwc;
         let half = key.dtype == DType::F16;
-        let kernel = match (key.kernel, schedule) {
-            (KernelAlgorithm::Direct, Schedule::Direct(_))
-                if key.runs_depthwise_stencil() && nhwc =>
-            {
+        let kernel = match (key.class.family, schedule) {
+            (KernelFamily::Depthwise, Schedule::Direct(_)) if nhwc => {
                 Kernel::DepthwiseNhwc(DepthwiseNhwc::new(w, weights, Isa::detect()))
             }
-            (KernelAlgorithm::Direct, Schedule::Direct(s)) if key.runs_depthwise_stencil() => {
+            (KernelFamily::Depthwise, Schedule::Direct(s)) => {
                 Kernel::Depthwise(DepthwiseConv::new(w, s, weights, half, Isa::detect()))
             }
-            (KernelAlgorithm::Direct, Schedule::Direct(s)) => {
+            (KernelFamily::Direct, Schedule::Direct(s)) => {
                 Kernel::Direct(DirectConv::new(w, s, weights, key.blocks, half))
             }
-            (KernelAlgorithm::Gemm, Schedule::Gemm(s)) => Kernel::Gemm(GemmConv::new(
-                w,
-                s,
-                weights,
-                key.blocks,
-                (nhwc, half),
-                Isa::detect(),
-            )),
-            (KernelAlgorithm::SpatialPack, Schedule::SpatialPack(s)) => {
+            (KernelFamily::Gemm | KernelFamily::DepthwiseGemm, Schedule::Gemm(s)) => Kernel::Gemm(
+                GemmConv::new(w, s, weights, key.blocks, (nhwc, half), Isa::detect()),
+            ),
+            (KernelFamily::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, key.blocks, half))
             }
-            (KernelAlgorithm::Winograd, Schedule::Winograd(s)) => {
-                let (tile, isa) = (winograd::tile_of(&w), Isa::detect());
-                Kernel::Winograd(WinogradConv::new(w, s, tile, weights, nhwc, isa))
+            (KernelFamily::Winograd, Schedule::Winograd(s)) => {
+                let tile = key.class.tile.unwrap_or(winograd::tile_of(&w));
+                Kernel::Winograd(WinogradConv::new(w, s, tile, weights, nhwc, Isa::detect()))
             }
-            (algorithm, s) => {
+            (_, s) => {
                 return Err(ConfigError::ScheduleMismatch {
                     given: s.algorithm(),
-                    algorithm,
+                    algorithm: key.kernel,
                 }
                 .into());
             }
@@ -151,12 +150,12 @@ impl Conv2d {
         );
         let kernel = Int8Conv::new(
             w,
-            key.kernel,
+            &key.class,
             weights,
             scales.weights,
             scales.input,
             scales.output,
-        );
+        )?;
         Ok(Conv2d {
             key,
             epi: epilogue(&w, bias, act),
@@ -175,6 +174,36 @@ impl Conv2d {
             Kernel::Gemm(_) => "gemm",
             Kernel::SpatialPack(_) => "spatial-pack",
             Kernel::Winograd(_) => "winograd",
+        }
+    }
+
+    /// The class of the kernel that was built, read back from the kernel
+    /// itself rather than from the key, so that a test can check that the
+    /// engine runs what `dlas_core::kernel::kernel_class` decided.
+    pub fn kernel_class(&self) -> KernelClass {
+        let key = &self.key;
+        let class = |family: KernelFamily, tile: Option<WinogradTile>| KernelClass {
+            family,
+            sparse: key.blocks.is_some(),
+            precision: key.dtype.precision(),
+            layout: key.layout,
+            vnni: false,
+            tile,
+        };
+        match &self.kernel {
+            Kernel::Int8(k) => k.class(),
+            Kernel::Depthwise(_) => class(KernelFamily::Depthwise, None),
+            Kernel::DepthwiseNhwc(_) => KernelClass {
+                layout: Layout::Nhwc,
+                ..class(KernelFamily::Depthwise, None)
+            },
+            Kernel::Direct(_) => class(KernelFamily::Direct, None),
+            Kernel::Gemm(_) if key.workload.is_depthwise() => {
+                class(KernelFamily::DepthwiseGemm, None)
+            }
+            Kernel::Gemm(_) => class(KernelFamily::Gemm, None),
+            Kernel::SpatialPack(_) => class(KernelFamily::SpatialPack, None),
+            Kernel::Winograd(k) => class(KernelFamily::Winograd, Some(k.tile())),
         }
     }
 
