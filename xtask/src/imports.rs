@@ -78,7 +78,7 @@ impl<'a> Graph<'a> {
         let index = sources.keys().enumerate().map(|(i, m)| (m, i)).collect();
         let mut modules: Vec<Module> = sources
             .iter()
-            .map(|(path, text)| parse(path, &without_tests(&blank(text))))
+            .map(|(path, text)| parse_file(path, &without_tests(&blank(text))))
             .collect();
         // `#[macro_export]` puts a macro at the crate root.
         let root = sources.keys().position(|m| m.is_empty());
@@ -131,6 +131,58 @@ impl<'a> Graph<'a> {
         }
         self.index.get(&at).copied()
     }
+}
+
+/// A file's module: its own text, and the paths of the modules it declares
+/// inline (`mod x86 { ... }`), in whose text `super::` is the file's
+/// module; their bindings stay theirs.
+fn parse_file(module: &[String], code: &str) -> Module {
+    let (outer, inline) = inline_modules(code);
+    let mut m = parse(module, &outer);
+    for (name, body) in inline {
+        let mut path = module.to_vec();
+        path.push(name);
+        let inner = parse_file(&path, &body);
+        m.paths.extend(inner.paths);
+    }
+    m
+}
+
+/// `code` with the bodies of its inline modules blanked, and each inline
+/// module's name and body.
+fn inline_modules(code: &str) -> (String, Vec<(String, String)>) {
+    let bytes = code.as_bytes();
+    let mut outer = code.to_string();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("mod ").map(|a| a + from) {
+        from = at + 4;
+        if at > 0 && is_path_byte(bytes[at - 1]) {
+            continue;
+        }
+        let rest = &code[from..];
+        let len = rest.bytes().take_while(|&b| is_path_byte(b)).count();
+        let after = rest[len..].trim_start();
+        if len == 0 || !after.starts_with('{') {
+            continue;
+        }
+        let open = from + len + (rest[len..].len() - after.len());
+        let mut depth = 0usize;
+        let Some(close) = code[open..].char_indices().find_map(|(i, c)| {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(open + i)
+        }) else {
+            break;
+        };
+        found.push((rest[..len].to_string(), code[open + 1..close].to_string()));
+        outer.replace_range(open + 1..close, &" ".repeat(close - open - 1));
+        from = close;
+    }
+    (outer, found)
 }
 
 /// The names, bindings and paths of module `module`, whose text (blanked,

@@ -479,6 +479,19 @@ mod tests {
             loops(&through_mod),
             vec![vec!["crate::c", "crate::e", "crate::m::d"]]
         );
+        // Inside an inline module, `super::` is the file's own module.
+        let inline = modules(&[
+            (
+                "lib.rs",
+                "//! Root.\nmod v;\nmod w;\npub fn r() { w::f() }\n",
+            ),
+            (
+                "v.rs",
+                "//! V.\npub trait T {}\nmod x86 { use super::T; pub struct A; impl T for A {} }\npub use x86::A;\n",
+            ),
+            ("w.rs", "//! W.\nuse crate::v::{A, T};\npub fn f() {}\n"),
+        ]);
+        assert!(loops(&inline).is_empty(), "{:?}", loops(&inline));
         // An exported macro lives in its file, not at the root.
         let macros = modules(&[
             ("lib.rs", "//! Root.\nmod p;\nmod q;\npub use q::Q;\n"),

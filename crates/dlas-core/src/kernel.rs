@@ -264,6 +264,9 @@ pub const DEPTHWISE_MAX_TAPS: usize = 49;
 ///   Winograd library hands such layers to its GEMM).
 /// - NHWC runs under gemm and winograd with dense weights (and the
 ///   fp32 depthwise stencil, which runs under every algorithm).
+/// - NCHW16c (blocks of 16 channels) runs dense fp32 layers: depthwise
+///   ones the blocked stencil, ungrouped ones the blocked direct kernel,
+///   under every algorithm.
 pub fn kernel_class(
     shape: &ConvShape,
     lowering: Lowering,
@@ -288,6 +291,19 @@ pub fn kernel_class(
         return Err(Refusal::Auto);
     }
     let depthwise = shape.is_depthwise();
+    let taps_fit = shape.kernel * shape.kernel <= DEPTHWISE_MAX_TAPS;
+    if layout == Layout::Nchw16c {
+        // Dense fp32 only; depthwise layers run the blocked stencil, other
+        // ungrouped layers the blocked direct kernel under every algorithm
+        // (with vectors along 16 output channels, a 1x1 layer's direct
+        // kernel is the GEMM's product, and spatial pack's packing is the
+        // layout itself).
+        return match (precision, sparse) {
+            (Precision::F32, false) if depthwise && taps_fit => Ok(class(KernelFamily::Depthwise)),
+            (Precision::F32, false) if shape.groups == 1 => Ok(class(KernelFamily::Direct)),
+            _ => Err(Refusal::Layout(layout)),
+        };
+    }
     let gemm_like = matches!(algorithm, Algorithm::Gemm | Algorithm::Winograd);
     if precision == Precision::I8 {
         if sparse || layout != Layout::Nchw {
@@ -306,7 +322,7 @@ pub fn kernel_class(
     // The NHWC stencil computes in fp32 only.
     let stencil = depthwise
         && !sparse
-        && shape.kernel * shape.kernel <= DEPTHWISE_MAX_TAPS
+        && taps_fit
         && !(precision == Precision::F16 && gemm_like)
         && (layout == Layout::Nchw || precision == Precision::F32);
     if layout != Layout::Nchw && !stencil && (!gemm_like || sparse) {
@@ -515,6 +531,22 @@ mod tests {
             family(&regular, nhwc(Algorithm::Gemm, Format::Csr)),
             Err(Refusal::Layout(Layout::Nhwc))
         );
+        let blocked = |a, f, p| Lowering {
+            layout: Layout::Nchw16c,
+            ..lowering(a, f, p)
+        };
+        for a in [Algorithm::Direct, Algorithm::Gemm, Algorithm::Winograd] {
+            let f32_ = blocked(a, Format::Dense, Precision::F32);
+            assert_eq!(family(&regular, f32_), Ok(Direct));
+            assert_eq!(family(&dw, f32_), Ok(Depthwise));
+            for (f, p) in [
+                (Format::Csr, Precision::F32),
+                (Format::Dense, Precision::F16),
+            ] {
+                let refused = Err(Refusal::Layout(Layout::Nchw16c));
+                assert_eq!(family(&regular, blocked(a, f, p)), refused);
+            }
+        }
         let big_dw = ConvShape::new(32, 32, 9, 1, 4, 32, 28, 28);
         assert_eq!(family(&big_dw, f32_(Algorithm::Gemm)), Ok(Direct));
         assert_eq!(

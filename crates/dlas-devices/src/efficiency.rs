@@ -332,13 +332,19 @@ impl Efficiency {
 /// calibration has not timed it: the same kernel in NCHW for another
 /// layout (the layout changes how activations are addressed; until a
 /// calibration times the blocked and NHWC kernels, the NCHW curve prices
-/// them), F(4x4, 3x3)'s curve for F(2x2, 3x3) at its own products (the
+/// them; the blocked direct kernel, a register tile of FMAs on operands
+/// read in place, the GEMM's), F(4x4, 3x3)'s curve for F(2x2, 3x3) at its own products (the
 /// grid draws F(4x4) maps only), and the fp32 stencil for the fp16 one
 /// (it computes in fp32, widening f16 weights per channel).
 pub fn stand_ins(kernel: KernelClass) -> Vec<KernelClass> {
     let mut out = vec![kernel];
     let mut next = kernel;
     if next.layout != Layout::Nchw {
+        // The blocked direct kernel is register-tiled FMAs on operands
+        // read in place, as the GEMM is, not the sliding window.
+        if next.layout == Layout::Nchw16c && next.family == KernelFamily::Direct {
+            next.family = KernelFamily::Gemm;
+        }
         next.layout = Layout::Nchw;
         out.push(next);
     }

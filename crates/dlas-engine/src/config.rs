@@ -88,6 +88,10 @@ pub enum ConfigError {
         "layout nhwc is implemented by the gemm and winograd algorithms with dense weights only (got {0})"
     )]
     Nhwc(String),
+    #[error(
+        "layout nchw16c is implemented for dense fp32 layers, ungrouped or depthwise (got {0})"
+    )]
+    Blocked(String),
     #[error("fp16 is implemented for dense weights only (got {0})")]
     F16(String),
     #[error("int8 is implemented for dense weights in NCHW only (got {0})")]

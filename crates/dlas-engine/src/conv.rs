@@ -1,6 +1,8 @@
 //! One convolution layer: the kernel its [`LayerKey`] names, with weights
 //! packed for it and its schedule at load, and its epilogue.
 
+use crate::blocked::conv::BlockedConv;
+use crate::blocked::depthwise::BlockedDepthwise;
 use crate::config::{ConfigError, DType};
 use crate::depthwise::{DepthwiseConv, DepthwiseNhwc};
 use crate::direct::DirectConv;
@@ -21,6 +23,8 @@ use dlas_zoo::quant::ActivationQuant;
 #[derive(Debug, Clone)]
 enum Kernel {
     Int8(Int8Conv),
+    Blocked(BlockedConv),
+    BlockedDepthwise(BlockedDepthwise),
     Depthwise(DepthwiseConv),
     DepthwiseNhwc(DepthwiseNhwc),
     Direct(DirectConv),
@@ -80,7 +84,14 @@ impl Conv2d {
         );
         let nhwc = key.layout == Layout::Nhwc;
         let half = key.dtype == DType::F16;
+        let blocked = key.layout == Layout::Nchw16c;
         let kernel = match (key.class.family, schedule) {
+            (KernelFamily::Depthwise, Schedule::Direct(_)) if blocked => {
+                Kernel::BlockedDepthwise(BlockedDepthwise::new(w, weights, Isa::detect()))
+            }
+            (KernelFamily::Direct, Schedule::Direct(_)) if blocked => {
+                Kernel::Blocked(BlockedConv::new(w, weights, Isa::detect()))
+            }
             (KernelFamily::Depthwise, Schedule::Direct(_)) if nhwc => {
                 Kernel::DepthwiseNhwc(DepthwiseNhwc::new(w, weights, Isa::detect()))
             }
@@ -169,7 +180,10 @@ impl Conv2d {
     pub fn kernel_name(&self) -> &'static str {
         match &self.kernel {
             Kernel::Int8(k) => k.name(),
-            Kernel::Depthwise(_) | Kernel::DepthwiseNhwc(_) => "depthwise",
+            Kernel::Depthwise(_) | Kernel::DepthwiseNhwc(_) | Kernel::BlockedDepthwise(_) => {
+                "depthwise"
+            }
+            Kernel::Blocked(_) => "direct",
             Kernel::Direct(_) => "direct",
             Kernel::Gemm(_) => "gemm",
             Kernel::SpatialPack(_) => "spatial-pack",
@@ -195,6 +209,14 @@ impl Conv2d {
             Kernel::Depthwise(_) => class(KernelFamily::Depthwise, None),
             Kernel::DepthwiseNhwc(_) => KernelClass {
                 layout: Layout::Nhwc,
+                ..class(KernelFamily::Depthwise, None)
+            },
+            Kernel::Blocked(_) => KernelClass {
+                layout: Layout::Nchw16c,
+                ..class(KernelFamily::Direct, None)
+            },
+            Kernel::BlockedDepthwise(_) => KernelClass {
+                layout: Layout::Nchw16c,
                 ..class(KernelFamily::Depthwise, None)
             },
             Kernel::Direct(_) => class(KernelFamily::Direct, None),
@@ -238,6 +260,8 @@ impl Conv2d {
     /// One sample, inside the caller's thread pool.
     pub(crate) fn run_sample(&self, input: &[f32], out: &mut [f32], residual: Option<&[f32]>) {
         match &self.kernel {
+            Kernel::Blocked(k) => k.run(input, out, &self.epi, residual),
+            Kernel::BlockedDepthwise(k) => k.run(input, out, &self.epi, residual),
             Kernel::Depthwise(k) => k.run(input, out, &self.epi, residual),
             Kernel::DepthwiseNhwc(k) => k.run(input, out, &self.epi, residual),
             Kernel::Direct(k) => k.run(input, out, &self.epi, residual),

@@ -316,7 +316,7 @@ impl Engine {
                 x[..input.len()].copy_from_slice(input);
                 (x, input.len())
             }
-            Layout::Nhwc => {
+            Layout::Nhwc | Layout::Nchw16c => {
                 let x = ops::relayout(input, self.shapes[0], Layout::Nchw, layout);
                 let len = x.len();
                 (x, len)

@@ -156,6 +156,12 @@ impl LayerKey {
                 ConfigError::I8(format!("{algorithm} {format} {}", config.layout))
             }
             Refusal::F16 => ConfigError::F16(what()),
+            Refusal::Layout(Layout::Nchw16c) => ConfigError::Blocked(format!(
+                "{algorithm} {:?} {} with {} groups",
+                config.dtype,
+                format_of(blocks),
+                w.groups
+            )),
             Refusal::Layout(_) | Refusal::Auto => ConfigError::Nhwc(what()),
         })?;
         Ok(LayerKey {

@@ -225,6 +225,27 @@ fn engine(
                 dlas_runner::native::load(&path, &c, threads, None)?,
             );
         }
+        // The blocked layout (issue 42), whose kernels are the same under
+        // every algorithm (`dlas_core::kernel::kernel_class`): one
+        // configuration. Networks with operators it does not run are
+        // left out of it.
+        let blocked = Combination {
+            layout: dlas_core::Layout::Nchw16c,
+            ..combination(dlas_core::NATIVE, Algorithm::Gemm, Compression::Dense)
+        };
+        let native = dense.len()
+            + usize::from(
+                match dlas_runner::native::load(&path, &blocked, threads, None) {
+                    Ok(session) => {
+                        add("native nchw16c".into(), session);
+                        true
+                    }
+                    Err(e) => {
+                        dlas_core::errln!("{dataset}/{model}: no nchw16c configuration: {e:#}");
+                        false
+                    }
+                },
+            );
         if int8 {
             // int8: ONNX Runtime on the QDQ file, the engine with the same
             // quantisation parameters (its ratios are still against fp32 ORT).
@@ -294,8 +315,8 @@ fn engine(
             );
         }
         if let Some(target) = target {
-            // The best dense fp32 algorithm: the lowest median.
-            let (at, name, best) = (2..2 + dense.len())
+            // The best dense fp32 configuration: the lowest median.
+            let (at, name, best) = (2..2 + native)
                 .map(|i| (i, &names[i], &summaries[i]))
                 .min_by(|a, b| a.2.median.total_cmp(&b.2.median))
                 .expect("four algorithms");

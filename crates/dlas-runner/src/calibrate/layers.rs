@@ -219,7 +219,8 @@ pub struct Setup {
 /// the CPU has it); the depthwise stencils in each precision and the fp16
 /// GEMM's depthwise products; direct CSR on depthwise layers; Winograd
 /// F(4x4) dense fp32, untuned and tuned, on its own grid (the layers it
-/// does not run, it runs as the gemm; F(2x2) takes F(4x4)'s curve).
+/// does not run, it runs as the gemm; F(2x2) takes F(4x4)'s curve); and
+/// the blocked layout's direct kernel and stencil, untuned.
 pub fn setups(cpu: dlas_core::kernel::Cpu) -> Vec<Setup> {
     let class = |family, sparse, precision| KernelClass {
         family,
@@ -262,6 +263,17 @@ pub fn setups(cpu: dlas_core::kernel::Cpu) -> Vec<Setup> {
     }
     let products = class(KernelFamily::DepthwiseGemm, false, Precision::F16);
     out.push(setup(products, false, Grid::Depthwise));
+    // The blocked layout's two kernels (issue 42), untuned.
+    let blocked = |family| KernelClass {
+        layout: Layout::Nchw16c,
+        ..class(family, false, Precision::F32)
+    };
+    out.push(setup(blocked(KernelFamily::Direct), false, Grid::Regular));
+    out.push(setup(
+        blocked(KernelFamily::Depthwise),
+        false,
+        Grid::Depthwise,
+    ));
     out
 }
 
