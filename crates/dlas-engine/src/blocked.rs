@@ -14,10 +14,14 @@
 //! of pixels by channels, read in place), and [`depthwise::BlockedDepthwise`],
 //! the stencil, 16 channels per vector. Both are written once over a
 //! 16-lane vector ([`V16`]): two AVX2 registers, one AVX-512 register, or
-//! an array for the portable build.
+//! an array for the portable build. [`inverted`] runs an inverted-residual
+//! block's 1x1 expansion and depthwise layer as one step, as
+//! `crate::inverted` does in NCHW; batch norms and pooling have their own
+//! loops over whole blocks here ([`affine`], [`pool`]).
 
 pub(crate) mod conv;
 pub(crate) mod depthwise;
+pub(crate) mod inverted;
 
 use crate::epilogue::Activation;
 use dlas_zoo::Shape;
@@ -299,6 +303,87 @@ pub(crate) fn interior(len: usize, out: usize, (k, s, p): (usize, usize, usize))
     (lo, hi.max(lo))
 }
 
+/// The blocks of every sample of a batch `x` of shape `[c, h, w]`, each
+/// with its first channel, for loops over blocks in parallel.
+fn blocks_of(x: &mut [f32], [c, h, w]: Shape) -> Vec<(usize, &mut [f32])> {
+    let mut out = Vec::new();
+    for sample in x.chunks_mut(c * h * w) {
+        let mut rest = sample;
+        for b in 0..c.div_ceil(BLOCK) {
+            let (block, tail) = std::mem::take(&mut rest).split_at_mut(block_width(c, b) * h * w);
+            out.push((b * BLOCK, block));
+            rest = tail;
+        }
+    }
+    out
+}
+
+/// `act(x * scale[c] + shift[c])` over an NCHW16c batch, a block's pixels
+/// at a time (what `ops::affine` does through `ops::at` otherwise, a
+/// division per value).
+pub(crate) fn affine(
+    x: &mut [f32],
+    (scale, shift): (&[f32], &[f32]),
+    act: Activation,
+    shape: Shape,
+) {
+    use rayon::prelude::*;
+    blocks_of(x, shape).into_par_iter().for_each(|(c0, block)| {
+        let width = block_width(shape[0], c0 / BLOCK);
+        let (scale, shift) = (&scale[c0..c0 + width], &shift[c0..c0 + width]);
+        for pixel in block.chunks_exact_mut(width) {
+            for ((v, a), b) in pixel.iter_mut().zip(scale).zip(shift) {
+                *v = act.apply(v.mul_add(*a, *b));
+            }
+        }
+    });
+}
+
+/// Max or average pooling of an NCHW16c batch `x` (window `p`; averages
+/// divide by the window's values inside the input), blocks in parallel,
+/// each output pixel's lanes at once.
+pub(crate) fn pool(x: &[f32], shape: Shape, p: &dlas_zoo::Pool, max: bool) -> Vec<f32> {
+    use rayon::prelude::*;
+    let [c, h, w] = shape;
+    let (oh, ow) = (p.out(h), p.out(w));
+    let mut out = vec![0.0; x.len() / (c * h * w) * c * oh * ow];
+    let blocks = c.div_ceil(BLOCK);
+    blocks_of(&mut out, [c, oh, ow])
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(i, (c0, o))| {
+            let (n, b) = (i / blocks, c0 / BLOCK);
+            let width = block_width(c, b);
+            let src = &x[n * c * h * w + b * BLOCK * h * w..][..width * h * w];
+            let mut best = [0.0f32; BLOCK];
+            for oy in 0..oh {
+                let ky = taps_inside((oy * p.stride) as isize - p.padding as isize, p.kernel, h);
+                for ox in 0..ow {
+                    let start = (ox * p.stride) as isize - p.padding as isize;
+                    let kx = taps_inside(start, p.kernel, w);
+                    let acc = &mut best[..width];
+                    acc.fill(if max { f32::NEG_INFINITY } else { 0.0 });
+                    for y in ky.clone() {
+                        let iy = (oy * p.stride + y) - p.padding;
+                        for xx in kx.clone() {
+                            let ix = (start + xx as isize) as usize;
+                            let v = &src[(iy * w + ix) * width..][..width];
+                            for (a, v) in acc.iter_mut().zip(v) {
+                                *a = if max { a.max(*v) } else { *a + v };
+                            }
+                        }
+                    }
+                    let count = (ky.len() * kx.len()) as f32;
+                    let dst = &mut o[(oy * ow + ox) * width..][..width];
+                    for (d, a) in dst.iter_mut().zip(acc.iter()) {
+                        *d = if max { *a } else { a / count };
+                    }
+                }
+            }
+        });
+    out
+}
+
 /// Reorders one sample between NCHW and NCHW16c (`to_blocked`) or back.
 pub(crate) fn reorder(x: &[f32], out: &mut [f32], shape: Shape, to_blocked: bool) {
     let [c, h, w] = shape;
@@ -346,6 +431,53 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// The operators around the convolutions give in NCHW16c exactly
+        /// what they give in NCHW (the same sums in the same order):
+        /// pooling (padded windows, strides), a batch norm with ReLU, the
+        /// squeeze-and-excitation product, global pooling, concatenation.
+        #[test]
+        fn operators_in_the_blocked_layout_equal_nchw(
+            (c, c2, h, w, batch) in (1usize..=40, 1usize..=40, 1usize..=9, 1usize..=9, 1usize..=2),
+            (kernel, stride, padding, max) in (1usize..=3, 1usize..=2, 0usize..=1, any::<bool>()),
+            seed in any::<u64>(),
+        ) {
+            use crate::ops;
+            use dlas_core::Layout::{Nchw, Nchw16c};
+            use rand::{Rng, SeedableRng};
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let mut draw = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
+            let shape = [c, h, w];
+            let x = draw(batch * c * h * w);
+            let blocked = |v: &[f32], s: Shape| ops::relayout(v, s, Nchw, Nchw16c);
+            let planar = |v: &[f32], s: Shape| ops::relayout(v, s, Nchw16c, Nchw);
+            let p = dlas_zoo::Pool { kernel: kernel.max(1 + padding), stride, padding, end: 0 };
+            if p.kernel <= h + 2 * padding && p.kernel <= w + 2 * padding {
+                let out_shape = [c, p.out(h), p.out(w)];
+                let want = ops::pool(&x, shape, &p, max, Nchw);
+                let got = planar(&ops::pool(&blocked(&x, shape), shape, &p, max, Nchw16c), out_shape);
+                prop_assert_eq!(got, want);
+            }
+            let (scale, shift) = (draw(c), draw(c));
+            let mut want = x.clone();
+            ops::affine(&mut want, &scale, &shift, Activation::Relu, shape, Nchw);
+            let mut got = blocked(&x, shape);
+            ops::affine(&mut got, &scale, &shift, Activation::Relu, shape, Nchw16c);
+            prop_assert_eq!(planar(&got, shape), want);
+            let se = draw(batch * c);
+            let want = ops::mul(&x, &se, shape, Nchw);
+            prop_assert_eq!(planar(&ops::mul(&blocked(&x, shape), &se, shape, Nchw16c), shape), want);
+            prop_assert_eq!(
+                ops::global_avg_pool(&blocked(&x, shape), shape, Nchw16c),
+                ops::global_avg_pool(&x, shape, Nchw)
+            );
+            let y = draw(batch * c2 * h * w);
+            let parts = [(&x[..], c), (&y[..], c2)];
+            let want = ops::concat(&parts, batch, [h, w], Nchw);
+            let (xb, yb) = (blocked(&x, shape), blocked(&y, [c2, h, w]));
+            let got = ops::concat(&[(&xb[..], c), (&yb[..], c2)], batch, [h, w], Nchw16c);
+            prop_assert_eq!(planar(&got, [c + c2, h, w]), want);
+        }
 
         /// The blocked direct kernel and stencil on every instruction set
         /// this CPU has, against the f64 reference, with every activation

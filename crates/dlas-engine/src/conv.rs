@@ -1,8 +1,8 @@
 //! One convolution layer: the kernel its [`LayerKey`] names, with weights
 //! packed for it and its schedule at load, and its epilogue.
 
-use crate::blocked::conv::BlockedConv;
 use crate::blocked::depthwise::BlockedDepthwise;
+use crate::blocked::{self, conv::BlockedConv};
 use crate::config::{ConfigError, DType};
 use crate::depthwise::{DepthwiseConv, DepthwiseNhwc};
 use crate::direct::DirectConv;
@@ -287,6 +287,11 @@ impl Conv2d {
             {
                 Some(Tiles::of(&next.key.workload, g.panel_rows(), threads))
             }
+            (Kernel::Blocked(e), Kernel::BlockedDepthwise(d))
+                if blocked::inverted::fuses(e, d) && map_bytes >= inverted::FUSE_FROM_BYTES =>
+            {
+                Some(Tiles::of(&next.key.workload, blocked::BLOCK, threads))
+            }
             _ => None,
         }
     }
@@ -301,11 +306,17 @@ impl Conv2d {
         out: &mut [f32],
         residual: Option<&[f32]>,
     ) {
-        let (Kernel::Gemm(g), Kernel::Depthwise(d)) = (&self.kernel, &next.kernel) else {
-            unreachable!("only the layers `fuses_with` accepts run fused")
-        };
-        let dw = (d, &next.key.workload, &next.epi);
-        inverted::run((g, &self.epi), dw, tiles, input, out, residual);
+        match (&self.kernel, &next.kernel) {
+            (Kernel::Gemm(g), Kernel::Depthwise(d)) => {
+                let dw = (d, &next.key.workload, &next.epi);
+                inverted::run((g, &self.epi), dw, tiles, input, out, residual);
+            }
+            (Kernel::Blocked(e), Kernel::BlockedDepthwise(d)) => {
+                let (expand, dw) = ((e, &self.epi), (d, &next.epi));
+                blocked::inverted::run(expand, dw, tiles, input, out, residual);
+            }
+            _ => unreachable!("only the layers `fuses_with` accepts run fused"),
+        }
     }
 
     /// One int8 sample; `residual` is real-valued.

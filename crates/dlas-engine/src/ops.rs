@@ -42,6 +42,9 @@ pub(crate) fn affine(
     shape: Shape,
     layout: Layout,
 ) {
+    if layout == Layout::Nchw16c {
+        return crate::blocked::affine(x, (scale, shift), act, shape);
+    }
     let len: usize = shape.iter().product();
     x.par_chunks_mut(len).for_each(|s| {
         for (i, v) in s.iter_mut().enumerate() {
@@ -124,6 +127,9 @@ pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout) -> Vec<f32
 /// Max or average pooling; averages divide by the window's elements
 /// inside the input (see `Op::AvgPool`).
 pub(crate) fn pool(x: &[f32], shape: Shape, p: &Pool, max: bool, layout: Layout) -> Vec<f32> {
+    if layout == Layout::Nchw16c && p.end == 0 {
+        return crate::blocked::pool(x, shape, p, max);
+    }
     let [c, h, w] = shape;
     let (oh, ow) = (p.out(h), p.out(w));
     let out_shape = [c, oh, ow];

@@ -74,6 +74,16 @@ struct Tile<V> {
 }
 
 impl BlockedConv {
+    /// Whether the layer is a 1x1 stride-1 unpadded one, its map one row
+    /// (what a fused inverted-residual step expands with).
+    pub(crate) fn is_pointwise(&self) -> bool {
+        (self.w.kernel, self.w.stride, self.w.padding) == (1, 1, 0)
+    }
+
+    pub(crate) fn workload(&self) -> &Workload {
+        &self.w
+    }
+
     /// `weights` is (out, in, k, k) row-major; the layer has one group.
     pub fn new(w: Workload, weights: &[f32], isa: Isa) -> BlockedConv {
         debug_assert_eq!(w.groups, 1);
@@ -135,6 +145,7 @@ impl BlockedConv {
         debug_assert!(input.len() >= self.w.in_len() && out.len() >= self.w.out_len());
         let blocks = self.w.out_channels.div_ceil(BLOCK);
         let pieces = self.pieces.len();
+        let plane = self.g.out_h * self.g.out_w;
         let out = SyncPtr::new(out);
         crate::awake::for_each(blocks * pieces, |t| {
             let (piece, ob) = if self.weight_major {
@@ -142,55 +153,97 @@ impl BlockedConv {
             } else {
                 (t / blocks, t % blocks)
             };
-            let args = (input, out, epi, residual, self.pieces[piece], ob);
-            // SAFETY: the isa is one this CPU has (the layer was built
-            // for `Isa::detect()` or a narrower one); task (piece, block)
-            // alone writes that piece's pixels of that block.
-            unsafe {
-                match self.isa {
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512 => self.task_avx512(args),
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx2 => self.task_avx2(args),
-                    _ => self.task::<super::Lanes, 6>(args),
-                }
-            }
+            let at = ob * BLOCK * plane;
+            let dst = Dst {
+                out: out.get().wrapping_add(at),
+                residual: residual.map_or(std::ptr::null(), |r| r.as_ptr().wrapping_add(at)),
+            };
+            // SAFETY: task (piece, block) alone writes that piece's pixels
+            // of that block, inside `out`.
+            unsafe { self.piece(input, dst, epi, self.pieces[piece], ob) }
         });
+    }
+
+    /// Pixels `pixels` of output block `ob` of a 1x1 stride-1 layer (whose
+    /// map is one row), into `band`, which holds them (16 values each)
+    /// from its start: the expansion of a fused inverted-residual step.
+    ///
+    /// # Safety
+    /// `band` holds `16 * pixels.len()` writable values; block `ob` is full.
+    pub(crate) unsafe fn band(
+        &self,
+        input: &[f32],
+        ob: usize,
+        pixels: std::ops::Range<usize>,
+        band: *mut f32,
+        epi: &Epilogue,
+    ) {
+        debug_assert!(self.g.out_h == 1 && block_width(self.w.out_channels, ob) == BLOCK);
+        let dst = Dst {
+            out: band.wrapping_sub(pixels.start * BLOCK),
+            residual: std::ptr::null(),
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.piece(input, dst, epi, (0, pixels.start, pixels.end), ob) }
+    }
+
+    /// Row piece `(oy, x0, x1)` of output block `ob`.
+    ///
+    /// # Safety
+    /// `dst` addresses the piece's pixels (row-major over the kernel's
+    /// geometry, `width` values each) and no other task writes them.
+    unsafe fn piece(
+        &self,
+        input: &[f32],
+        dst: Dst,
+        epi: &Epilogue,
+        piece: (usize, usize, usize),
+        ob: usize,
+    ) {
+        let args = (input, dst, epi, piece, ob);
+        // SAFETY: the isa is one this CPU has (the layer was built for
+        // `Isa::detect()` or a narrower one); the rest is the caller's.
+        unsafe {
+            match self.isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => self.task_avx512(args),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => self.task_avx2(args),
+                _ => self.task::<super::Lanes, 6>(args),
+            }
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn task_avx2(&self, args: Args<'_>) {
-        // SAFETY: as `run` says.
+        // SAFETY: as `piece` says.
         unsafe { self.task::<super::Avx2, 6>(args) }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn task_avx512(&self, args: Args<'_>) {
-        // SAFETY: as `run` says.
+        // SAFETY: as `piece` says.
         unsafe { self.task::<super::Avx512, 12>(args) }
     }
 
     /// Output block `ob` of row piece `(oy, x0, x1)`.
     ///
     /// # Safety
-    /// The CPU runs `V`'s instruction set; no other task writes the
-    /// piece's pixels of block `ob`.
+    /// The CPU runs `V`'s instruction set; as [`BlockedConv::piece`].
     #[inline(always)]
     unsafe fn task<V: V16, const PMAX: usize>(
         &self,
-        (input, out, epi, residual, (oy, x0, x1), ob): Args<'_>,
+        (input, dst, epi, (oy, x0, x1), ob): Args<'_>,
     ) {
         let (w, g) = (&self.w, &self.g);
         let (k, s, p) = (w.kernel, w.stride, w.padding);
         let width = block_width(w.out_channels, ob);
-        let plane = g.out_h * g.out_w;
-        let block_at = ob * BLOCK * plane;
         let mut bias = [0.0f32; BLOCK];
         bias[..width].copy_from_slice(&epi.bias[ob * BLOCK..][..width]);
         // SAFETY: the caller's contract; every pointer below stays inside
-        // the sample's input, output and residual and the block's weights.
+        // the sample's input, the destination and the block's weights.
         unsafe {
             let iy = (oy * s) as isize - p as isize;
             let mut tile = Tile {
@@ -209,10 +262,14 @@ impl BlockedConv {
                 .as_ptr()
                 .add(ob * w.in_channels * k * k * BLOCK);
             let at = |ox: usize, tile: &mut Tile<V>| {
-                let o = block_at + (oy * g.out_w + ox) * width;
+                let o = (oy * g.out_w + ox) * width;
                 tile.ix = (ox * s) as isize - p as isize;
-                tile.out = out.get().add(o);
-                tile.residual = residual.map_or(std::ptr::null(), |r| r.as_ptr().add(o));
+                tile.out = dst.out.wrapping_add(o);
+                tile.residual = if dst.residual.is_null() {
+                    dst.residual
+                } else {
+                    dst.residual.wrapping_add(o)
+                };
             };
             let (lo, hi) = interior(g.in_w, g.out_w, (k, s, p));
             let (lo, hi) = (lo.clamp(x0, x1), hi.clamp(x0, x1));
@@ -240,8 +297,8 @@ impl BlockedConv {
                 ox += len;
             }
             if smooth(epi.act) {
-                let from = block_at + (oy * g.out_w + x0) * width;
-                let values = std::slice::from_raw_parts_mut(out.get().add(from), (x1 - x0) * width);
+                let from = dst.out.wrapping_add((oy * g.out_w + x0) * width);
+                let values = std::slice::from_raw_parts_mut(from, (x1 - x0) * width);
                 epi.act.apply_all(values);
             }
         }
@@ -305,12 +362,14 @@ impl BlockedConv {
     }
 }
 
-/// A task's input, output, epilogue, residual, row piece and output block.
-type Args<'a> = (
-    &'a [f32],
-    SyncPtr,
-    &'a Epilogue,
-    Option<&'a [f32]>,
-    (usize, usize, usize),
-    usize,
-);
+/// Where a task writes: output block `ob`'s pixel (oy, ox) at `out +
+/// (oy * out_w + ox) * width`, its residual at the same offset from
+/// `residual` (or null).
+#[derive(Clone, Copy)]
+struct Dst {
+    out: *mut f32,
+    residual: *const f32,
+}
+
+/// A task's input, destination, epilogue, row piece and output block.
+type Args<'a> = (&'a [f32], Dst, &'a Epilogue, (usize, usize, usize), usize);

@@ -42,19 +42,46 @@ impl BlockedDepthwise {
         }
     }
 
+    pub(crate) fn workload(&self) -> &Workload {
+        &self.w
+    }
+
     /// One NCHW16c sample.
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
         debug_assert!(input.len() >= self.w.in_len() && out.len() >= self.w.out_len());
         let rows = self.w.out_h;
         let out = SyncPtr::new(out);
+        let in_plane = self.w.in_h * self.w.in_w;
         crate::awake::for_each(self.w.out_channels.div_ceil(BLOCK) * rows, |t| {
             let (b, oy) = (t / rows, t % rows);
             if block_width(self.w.out_channels, b) < BLOCK {
                 return self.row_scalar(input, out, epi, residual, (b, oy));
             }
-            let args = (input, out, epi, residual, (b, oy));
-            // SAFETY: the layer's isa is one this CPU has; task (b, oy)
-            // alone writes row oy of block b.
+            let src = input.as_ptr().wrapping_add(b * BLOCK * in_plane);
+            // SAFETY: task (b, oy) alone writes row oy of block b; `src`
+            // is block b's plane.
+            unsafe { self.rows_from(src, (b, oy..oy + 1), out, epi, residual) }
+        });
+    }
+
+    /// Rows `rows` of full block `b`, reading input pixel (iy, ix) at `src
+    /// + 16 (iy in_w + ix)` (block b's plane, or a band of it placed so).
+    ///
+    /// # Safety
+    /// `src` addresses every input row the output rows read; no other task
+    /// writes those rows of block `b`.
+    pub(crate) unsafe fn rows_from(
+        &self,
+        src: *const f32,
+        (b, rows): (usize, std::ops::Range<usize>),
+        out: SyncPtr,
+        epi: &Epilogue,
+        residual: Option<&[f32]>,
+    ) {
+        for oy in rows {
+            let args = (src, out, epi, residual, (b, oy));
+            // SAFETY: the layer's isa is one this CPU has; the rest is the
+            // caller's.
             unsafe {
                 match self.isa {
                     #[cfg(target_arch = "x86_64")]
@@ -64,38 +91,37 @@ impl BlockedDepthwise {
                     _ => self.row::<super::Lanes>(args),
                 }
             }
-        });
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn row_avx2(&self, args: Args<'_>) {
-        // SAFETY: as `run` says.
+        // SAFETY: as `rows_from` says.
         unsafe { self.row::<super::Avx2>(args) }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn row_avx512(&self, args: Args<'_>) {
-        // SAFETY: as `run` says.
+        // SAFETY: as `rows_from` says.
         unsafe { self.row::<super::Avx512>(args) }
     }
 
-    /// Row `oy` of full block `b`.
+    /// Row `oy` of full block `b`, input block at `x`.
     ///
     /// # Safety
-    /// The CPU runs `V`'s instruction set; no other task writes the row.
+    /// The CPU runs `V`'s instruction set; as [`BlockedDepthwise::rows_from`].
     #[inline(always)]
-    unsafe fn row<V: V16>(&self, (input, out, epi, residual, (b, oy)): Args<'_>) {
+    unsafe fn row<V: V16>(&self, (x, out, epi, residual, (b, oy)): Args<'_>) {
         let w = &self.w;
         let (k, s, p) = (w.kernel, w.stride, w.padding);
-        let (in_plane, out_plane) = (w.in_h * w.in_w, w.out_h * w.out_w);
+        let out_plane = w.out_h * w.out_w;
         let iy = (oy * s) as isize - p as isize;
         let ky = taps_inside(iy, k, w.in_h);
         // SAFETY: the caller's contract; every pointer stays inside block
-        // b's input plane, output row and weights.
+        // b's input rows, output row and weights.
         unsafe {
-            let x = input.as_ptr().add(b * BLOCK * in_plane);
             let taps = self.weights.as_ptr().add(b * k * k * BLOCK);
             let o = out.get().add(b * BLOCK * out_plane + oy * w.out_w * BLOCK);
             let r = residual.map_or(std::ptr::null(), |r| {
@@ -197,9 +223,9 @@ impl BlockedDepthwise {
     }
 }
 
-/// A task's input, output, epilogue, residual and (block, output row).
+/// A row's input block, output, epilogue, residual and (block, row).
 type Args<'a> = (
-    &'a [f32],
+    *const f32,
     SyncPtr,
     &'a Epilogue,
     Option<&'a [f32]>,
