@@ -37,6 +37,39 @@ fn dlas_command<S: AsRef<std::ffi::OsStr>>(root: &Path, args: &[S]) -> Command {
     cmd
 }
 
+/// `cargo xtask reproduce`: the report needs neither the runtimes nor the
+/// tests, so it builds `dlas` without its `host` feature (no tract, no ONNX
+/// Runtime or OpenVINO crate, no test targets) into its own target folder,
+/// showing cargo's progress, and runs it: on a fresh clone the first
+/// figure comes in minutes, and the full build's `target/release/dlas` is
+/// never replaced by the light one.
+pub fn reproduce(root: &Path, args: &[String]) -> Result<()> {
+    let target = light_target(root);
+    run(cargo(root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "dlas-cli",
+            "--no-default-features",
+            "--bin",
+            "dlas",
+            "--target-dir",
+        ])
+        .arg(&target))?;
+    run(Command::new(target.join("release").join("dlas"))
+        .current_dir(root)
+        .arg("reproduce")
+        .args(args))
+}
+
+/// Where `cargo xtask reproduce` builds its light `dlas`.
+fn light_target(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("light")
+}
+
 /// Runs `dlas <command> <args>`, its output going to the terminal.
 pub fn dlas(root: &Path, command: &str, args: &[String]) -> Result<()> {
     let mut all = vec![command.to_string()];

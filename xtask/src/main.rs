@@ -13,7 +13,7 @@ mod tidy;
 
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
-use commands::{cargo, dlas, project_root, run};
+use commands::{cargo, dlas, project_root, reproduce, run};
 use std::path::Path;
 
 #[derive(Parser)]
@@ -51,12 +51,17 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Fetch the pinned ONNX Runtime wheel from PyPI, check its sha256, extract the library.
+    /// Fetch the pinned ONNX Runtime and OpenVINO wheels from PyPI, check their sha256,
+    /// extract their libraries.
     Setup {
         /// First install the Debian packages the tests need (slurm-wlm, openssh-server,
-        /// openssh-client, chromium, python3-pip, nix-bin) with apt-get; needs root.
+        /// openssh-client, chromium, python3-pip, python3-venv, nix-bin) with apt-get; needs root.
         #[arg(long)]
         system: bool,
+        /// Also build Apache TVM's Python environment (.cache/tvm/venv, about 610 MB) from
+        /// the hash-pinned crates/dlas-backends/tvm/requirements.txt.
+        #[arg(long)]
+        tvm: bool,
     },
     /// Feed the readers of user input (study, results, samples, tuning records, best-of,
     /// environment records, ONNX files) generated and mutated inputs for a time budget
@@ -82,21 +87,21 @@ enum Task {
 fn main() -> Result<()> {
     let root = project_root();
     match Cli::parse().command {
-        Task::Reproduce { args } => dlas(&root, "reproduce", &args),
+        Task::Reproduce { args } => reproduce(&root, &args),
         Task::Verify { update } => lock::verify(&root, update),
-        Task::Setup { system } => {
+        Task::Setup { system, tvm } => {
             if system {
                 system::install()?;
             }
-            setup::run(&root)
+            setup::run(&root, tvm)
         }
         Task::Fuzz { seconds, target } => fuzz(&root, seconds, target.as_deref()),
         Task::Crosscheck { args } => {
-            setup::run(&root)?;
+            setup::run(&root, false)?;
             dlas(&root, "crosscheck", &args)
         }
         Task::Bench { args } => {
-            setup::run(&root)?;
+            setup::run(&root, false)?;
             if args.first().map(String::as_str) == Some("engine") {
                 // Per layer against the measured FMA peak, then whole networks
                 // against ONNX Runtime and tract.
@@ -151,7 +156,7 @@ fn test(root: &Path) -> Result<()> {
     let started = std::time::Instant::now();
     step("system packages");
     let missing = system::missing();
-    let skipped = system::skipped_tests(&missing);
+    let mut skipped = system::skipped_tests(&missing);
     if missing.is_empty() {
         eprintln!("all present");
     } else {
@@ -167,8 +172,31 @@ fn test(root: &Path) -> Result<()> {
             eprintln!("  skipping {binary}::{test}");
         }
     }
-    step("setup (ONNX Runtime)");
-    setup::run(root)?;
+    step("setup (ONNX Runtime, OpenVINO)");
+    setup::run(root, false)?;
+    step("Apache TVM");
+    let tvm_missing = !setup::tvm_present(root);
+    if tvm_missing {
+        let line = format!(
+            "Apache TVM is not set up ({} does not import tvm 0.27.0.post1); set it up with `{}` \
+             (about 610 MB)",
+            setup::tvm_python(root).display(),
+            setup::TVM_COMMAND
+        );
+        if std::env::var_os(system::REQUIRE).is_some() {
+            bail!(
+                "{line}; {} is set, so no test may be skipped",
+                system::REQUIRE
+            );
+        }
+        eprintln!("{line}");
+        for (binary, test) in setup::TVM_TESTS {
+            eprintln!("  skipping {binary}::{test}");
+            skipped.push((binary, test));
+        }
+    } else {
+        eprintln!("set up: {}", setup::tvm_python(root).display());
+    }
     step("cargo fmt --check");
     run(cargo(root).args(["fmt", "--all", "--check"]))?;
     step("cargo clippy -D warnings");
@@ -221,10 +249,20 @@ fn test(root: &Path) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     if !skipped.is_empty() {
+        let mut why = Vec::new();
+        if !missing.is_empty() {
+            why.push(system::missing_line(&missing));
+        }
+        if tvm_missing {
+            why.push(format!(
+                "Apache TVM is not set up (`{}`)",
+                setup::TVM_COMMAND
+            ));
+        }
         eprintln!(
             "{} tests were skipped (counted as skipped above, not passed): {}",
             skipped.len(),
-            system::missing_line(&missing)
+            why.join("; ")
         );
     }
     Ok(())

@@ -74,6 +74,17 @@ pub const NEEDS: &[Need] = &[
         tests: &[],
     },
     Need {
+        package: "python3-venv",
+        tools: "python3 -m venv, for `cargo xtask setup --tvm`",
+        present: || {
+            Command::new("python3")
+                .args(["-c", "import ensurepip, venv"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        },
+        tests: &[],
+    },
+    Need {
         package: "nix-bin",
         tools: "nix-instantiate, for the flake step",
         present: || on_path("nix-instantiate"),
@@ -203,8 +214,9 @@ mod tests {
     #[test]
     fn every_filtered_test_exists() {
         let root = crate::project_root();
-        for need in NEEDS {
-            for (binary, test) in need.tests {
+        let tvm = crate::setup::TVM_TESTS.iter();
+        for (binary, test) in NEEDS.iter().flat_map(|n| n.tests).chain(tvm) {
+            {
                 let (krate, file) = binary.split_once("::").unwrap();
                 let path = root
                     .join("crates")

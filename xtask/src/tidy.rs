@@ -19,7 +19,11 @@ use std::process::Command;
 const MAX_LINES: usize = 700;
 
 /// The heavy external dependencies the table names, by crate-name prefix.
-const HEAVY: [(&str, &str); 2] = [("tract-", "tract"), ("ort", "ort")];
+const HEAVY: [(&str, &str); 3] = [
+    ("tract-", "tract"),
+    ("ort", "ort"),
+    ("openvino", "openvino"),
+];
 
 /// One row of the architecture table.
 #[derive(Debug, Clone, PartialEq, Eq)]

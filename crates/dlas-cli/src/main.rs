@@ -37,6 +37,7 @@ enum Command {
     /// Measure a study's combinations on devices and write results.
     Run(cmd::run::Args),
     /// Search the schedules of a study's tuned native combinations on this machine.
+    #[cfg(feature = "host")]
     Tune(cmd::tune::Args),
     /// Regenerate figures and tables (and the mocked results behind them).
     Reproduce(cmd::reproduce::Args),
@@ -47,18 +48,24 @@ enum Command {
     /// Check the study's thirteen observations on results files.
     Claims(cmd::claims::Args),
     /// Check that every runtime gives the same logits on the zoo's networks.
+    #[cfg(feature = "host")]
     Crosscheck(cmd::crosscheck::Args),
     /// Run a study across a fleet: Slurm job arrays per device, status, merge.
+    #[cfg(feature = "host")]
     #[command(subcommand)]
     Cluster(cmd::cluster::Command),
     /// Benchmarks of the measurement machinery itself.
+    #[cfg(feature = "host")]
     #[command(subcommand)]
     Bench(cmd::bench::Command),
     /// Compress a network (pruning, fp16, int8), write its ONNX and report on it.
+    #[cfg(feature = "host")]
     Compress(cmd::compress::Args),
     /// Compress a network at every level of its technique's schedule: one CSV row per level.
+    #[cfg(feature = "host")]
     Sweep(cmd::compress::SweepArgs),
     /// Top-1 and top-5 accuracy of an ONNX model on a CIFAR-10 or ImageNet folder.
+    #[cfg(feature = "host")]
     Accuracy(cmd::accuracy::Args),
 }
 
@@ -76,16 +83,23 @@ fn main() -> ExitCode {
             Command::Devices(command) => cmd::devices::run(&project, &command),
             Command::Validate(args) => cmd::validate::run(&project, &args),
             Command::Run(args) => cmd::run::run(&project, &args),
+            #[cfg(feature = "host")]
             Command::Tune(args) => cmd::tune::run(&project, &args),
             Command::Reproduce(args) => cmd::reproduce::run(&project, &args),
             Command::Compare(args) => cmd::compare::run(&args),
             Command::Metrics(args) => cmd::metrics::run(&args),
             Command::Claims(args) => cmd::claims::run(&project, &args),
+            #[cfg(feature = "host")]
             Command::Crosscheck(args) => cmd::crosscheck::run(&project, &args),
+            #[cfg(feature = "host")]
             Command::Bench(command) => cmd::bench::run(&project, &command),
+            #[cfg(feature = "host")]
             Command::Cluster(command) => cmd::cluster::run(&project, &command),
+            #[cfg(feature = "host")]
             Command::Compress(args) => cmd::compress::run(&project, &args),
+            #[cfg(feature = "host")]
             Command::Sweep(args) => cmd::compress::sweep(&args),
+            #[cfg(feature = "host")]
             Command::Accuracy(args) => cmd::accuracy::run(&args),
         });
     match result {

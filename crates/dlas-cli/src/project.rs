@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// the graph compilers of the mocked devices (`eager`, `vendor`).
 pub fn compilers() -> Vec<String> {
     std::iter::once(dlas_core::NATIVE)
-        .chain(dlas_backends::COMPILERS.iter().copied())
+        .chain(dlas_core::HOST_COMPILERS.iter().copied())
         .chain(dlas_devices::GraphCompiler::IDS)
         .map(String::from)
         .collect()
@@ -97,6 +97,18 @@ impl Project {
         devices.push(HOST.into());
         study.check_open_axis("device", &devices)?;
         study.check_open_axis("compiler", &compilers())?;
+        for c in &study.compilers {
+            if let Some(trials) = &c.trials
+                && c.id.get_ref() != dlas_core::TVM
+            {
+                bail!(
+                    "{}: `trials` is MetaSchedule's budget per network and applies to the tvm \
+                     compiler only, not to {} (the native tuner's budget is `dlas tune --trials`)",
+                    study.locate(trials.span().start),
+                    c.id.get_ref()
+                );
+            }
+        }
         Ok(study)
     }
 

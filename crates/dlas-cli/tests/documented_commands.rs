@@ -40,7 +40,14 @@ const TUNE_RS: &str = "crates/dlas-cli/tests/tune.rs";
 /// Documented commands by prefix; the longest matching prefix applies.
 const MAPPINGS: &[(&str, Exercised)] = &[
     ("cargo xtask test", Ci),
-    ("cargo xtask setup", Xtask("setup (ONNX Runtime)")),
+    ("cargo xtask setup", Xtask("setup (ONNX Runtime, OpenVINO)")),
+    (
+        "cargo xtask setup --tvm",
+        Test(
+            "crates/dlas-runner/tests/tvm.rs",
+            "tvm_agrees_with_onnx_runtime_under_every_algorithm",
+        ),
+    ),
     ("cargo xtask reproduce", Xtask("reproduce --all --check")),
     (
         "cargo xtask reproduce --study compilers",
@@ -100,6 +107,13 @@ const MAPPINGS: &[(&str, Exercised)] = &[
         Test(
             TUNE_RS,
             "tune_then_run_tuned_and_resume_without_remeasuring",
+        ),
+    ),
+    (
+        "dlas tune --study dlas --device host --filter compiler=tvm",
+        LongRunning(
+            "crates/dlas-runner/tests/tvm.rs",
+            "a_tuned_session_applies_the_database_metaschedule_wrote",
         ),
     ),
     (

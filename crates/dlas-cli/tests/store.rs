@@ -296,7 +296,7 @@ fn a_tuning_search_killed_at_random_moments_loses_nothing() {
     let args: Vec<String> = [
         "tune",
         "--filter",
-        "dataset=cifar10,model=mobilenetv1,compression=dense,algorithm=spatial-pack,layout=nchw",
+        "dataset=cifar10,model=mobilenetv1,compression=dense,algorithm=spatial-pack,layout=nchw,compiler=native",
         "--trials",
         "8",
         "--early-stop",

@@ -8,11 +8,15 @@ use common::{fails, ok};
 const SELECTION: &str =
     "dataset=cifar10,model=mobilenetv1,compression=dense,algorithm=spatial-pack,layout=nchw";
 
+/// What the native tuner tunes of [`SELECTION`] (`dlas tune` tunes TVM's
+/// tuned combinations of a selection too, with MetaSchedule).
+const NATIVE: &str = "dataset=cifar10,model=mobilenetv1,compression=dense,algorithm=spatial-pack,layout=nchw,compiler=native";
+
 fn tune(records: &str) -> String {
     ok(&[
         "tune",
         "--filter",
-        SELECTION,
+        NATIVE,
         "--trials",
         "4",
         "--early-stop",
@@ -52,7 +56,7 @@ fn tune_then_run_tuned_and_resume_without_remeasuring() {
     let plan = ok(&[
         "tune",
         "--filter",
-        SELECTION,
+        NATIVE,
         "--dry-run",
         "--records",
         records_s,
@@ -165,7 +169,7 @@ fn killed_tuning_resumes_without_measuring_twice() {
         root.to_str().unwrap(),
         "tune",
         "--filter",
-        SELECTION,
+        NATIVE,
         "--trials",
         "12",
         "--early-stop",

@@ -25,6 +25,13 @@ pub struct Environment {
     pub ort_crate_version: String,
     /// ONNX Runtime build information and library hash, or why it is absent.
     pub onnxruntime: String,
+    /// OpenVINO's version and library, or why it is absent; records
+    /// written before OpenVINO was measured have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openvino: Option<String>,
+    /// Apache TVM's version and interpreter, when the run had TVM rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tvm: Option<String>,
     /// The last commit that changed the code (crates, manifests, toolchain,
     /// build flags), with `-dirty` if that code has uncommitted changes.
     /// Commits of results alone leave it unchanged, so a campaign that
@@ -106,6 +113,8 @@ mod tests {
             tract_version: "0.23.9".into(),
             ort_crate_version: "2.0.0-rc.15".into(),
             onnxruntime: "none".into(),
+            openvino: None,
+            tvm: None,
             git_revision: "abc".into(),
             load_average: None,
             protocol: vec![("runs".into(), "3".into())],

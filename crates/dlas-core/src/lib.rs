@@ -24,7 +24,7 @@ pub use axes::{Algorithm, Compression, Dataset, Format, Layout};
 pub use environment::Environment;
 pub use filter::Filter;
 pub use kernel::{ConvShape, KernelClass, Lowering, kernel_class};
-pub use plan::{Combination, NATIVE, Plan, Shard};
+pub use plan::{Combination, HOST_COMPILERS, NATIVE, Plan, Shard, TVM};
 pub use results::{ResultRow, Status};
 pub use stats::Summary;
 pub use study::Study;

@@ -11,6 +11,24 @@ use std::collections::BTreeMap;
 /// compiler with an algorithm axis and a tuned axis.
 pub const NATIVE: &str = "native";
 
+/// The compilers the host runs besides the native engine (`dlas-backends`
+/// loads them; its test checks that the two lists agree). Core names them
+/// so that a build without the runtimes (`dlas-cli` without its `host`
+/// feature) still plans and reports studies that list them.
+pub const HOST_COMPILERS: &[&str] = &[
+    "tract-plain",
+    "tract-opt",
+    "ort-noopt",
+    "ort-opt",
+    "openvino-f32",
+    "openvino-native",
+    TVM,
+];
+
+/// Apache TVM's compiler id: the one host compiler with an algorithm axis
+/// and a tuned axis of its own.
+pub const TVM: &str = "tvm";
+
 /// One planned measurement: a value on every axis of the stack.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Combination {

@@ -80,6 +80,11 @@ pub struct CompilerEntry {
     pub tuned: Vec<bool>,
     /// Whether the algorithm, format and layout axes apply to this compiler.
     pub algorithms: bool,
+    /// The tuning budget of one network, in candidates measured, for
+    /// compilers that tune whole networks (Apache TVM's MetaSchedule);
+    /// the native engine's budget is per layer (`dlas tune --trials`).
+    #[serde(default)]
+    pub trials: Option<Spanned<usize>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -107,6 +107,8 @@ pub fn detect(
         tract_version: TRACT_VERSION.into(),
         ort_crate_version: ORT_CRATE_VERSION.into(),
         onnxruntime,
+        openvino: None,
+        tvm: None,
         git_revision: code_revision(project_root),
         load_average: None,
         protocol,

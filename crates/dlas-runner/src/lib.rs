@@ -18,11 +18,13 @@ pub mod crosscheck;
 pub mod environment;
 pub mod models;
 pub mod native;
+pub mod progress;
 pub mod rounds;
 pub mod run;
 pub mod store;
 pub mod timing;
 pub mod tuning;
+pub mod tvm_tuning;
 pub mod watchdog;
 
 pub use run::{HostConfig, RunReport, run_host};

@@ -410,6 +410,9 @@ fn warm_up(slot: &mut Slot, protocol: &Adaptive) -> Result<Duration, String> {
     Ok(started.elapsed())
 }
 
+/// One run's time per batch: the runner's clock around the call, or the
+/// time the backend took next to the model where it crosses a process
+/// boundary (`Session::inner_time`), over the batches one run computes.
 fn run_once(slot: &mut Slot) -> Result<Duration, String> {
     let t = Instant::now();
     let output = slot
@@ -418,7 +421,8 @@ fn run_once(slot: &mut Slot) -> Result<Duration, String> {
         .map_err(|e| format!("{e:#}").replace('\n', " "))?;
     let elapsed = t.elapsed();
     black_box(output);
-    Ok(elapsed)
+    let time = slot.session.inner_time().unwrap_or(elapsed);
+    Ok(time / slot.session.batches_per_run().max(1) as u32)
 }
 
 /// One turn: a discarded run, then timed runs for about [`BURST`]. Returns

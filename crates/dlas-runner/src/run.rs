@@ -15,9 +15,10 @@ use crate::native::Untuned;
 use crate::rounds::{self, Adaptive, NearState, Outcome, Slot};
 use crate::store::{Samples, Store};
 use crate::tuning::{self, Tuned};
+use crate::tvm_tuning;
 use crate::watchdog::Watchdog;
 use anyhow::Result;
-use dlas_backends::{Session, SessionConfig, ort_runtime};
+use dlas_backends::{Session, SessionConfig, openvino_runtime, ort_runtime, tvm_runtime};
 use dlas_core::{Combination, Compression, ResultRow, Status, Study, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,11 +68,40 @@ impl RunReport {
     }
 }
 
+/// What this environment offers the runtimes beside the native engine:
+/// each loaded library's description, or why it is not there.
+struct Runtimes {
+    ort: Result<String, String>,
+    openvino: Result<String, String>,
+    tvm: Result<PathBuf, String>,
+}
+
+impl Runtimes {
+    fn detect(root: &std::path::Path) -> Runtimes {
+        let library = ort_runtime::library_path(root);
+        let ort = ort_runtime::init(&library)
+            .and_then(|()| ort_runtime::info())
+            .map(|info| format!("{} ({})", info.trim(), library.display()))
+            .map_err(|e| e.to_string());
+        let library = openvino_runtime::library_path(root);
+        let openvino = openvino_runtime::init(&library)
+            .and_then(|_| openvino_runtime::info())
+            .map(|info| format!("{info} ({})", library.display()))
+            .map_err(|e| e.to_string());
+        let python = tvm_runtime::python(root);
+        let tvm = tvm_runtime::check_installed(&python)
+            .map(|()| python)
+            .map_err(|e| e.to_string());
+        Runtimes { ort, openvino, tvm }
+    }
+}
+
 /// Why a combination cannot run here, if it cannot.
 fn unavailable(
+    study: &Study,
     c: &Combination,
-    ort: &Result<String, String>,
-    tuned: &Result<Tuned, String>,
+    runtimes: &Runtimes,
+    (tuned, results_dir): (&Result<Tuned, String>, &std::path::Path),
 ) -> Option<String> {
     if c.is_native()
         && c.tuned
@@ -82,10 +112,24 @@ fn unavailable(
             "tuned native combinations need tuning records: {e}; `dlas tune --study <study> --device host` searches them"
         ));
     }
-    match ort {
-        Err(e) if c.compiler.starts_with("ort-") => Some(e.clone()),
-        _ => None,
+    if c.compiler.starts_with("ort-") {
+        return runtimes.ort.as_ref().err().cloned();
     }
+    if c.compiler.starts_with("openvino-") {
+        return runtimes.openvino.as_ref().err().cloned();
+    }
+    if c.compiler == dlas_backends::TVM {
+        if let Err(e) = &runtimes.tvm {
+            return Some(e.clone());
+        }
+        if c.tuned && !tvm_tuning::is_tuned(results_dir, c) {
+            return Some(format!(
+                "tuned TVM combinations need MetaSchedule's database; `{}` tunes them",
+                tvm_tuning::tune_command(study, c)
+            ));
+        }
+    }
+    None
 }
 
 /// Measures `combinations` (all on device `host`) into `config.results`.
@@ -109,11 +153,7 @@ pub fn run_host(
             !done
         })
         .collect();
-    let library = ort_runtime::library_path(&config.project_root);
-    let ort = ort_runtime::init(&library)
-        .and_then(|()| ort_runtime::info())
-        .map(|info| format!("{} ({})", info.trim(), library.display()))
-        .map_err(|e| e.to_string());
+    let runtimes = Runtimes::detect(&config.project_root);
     let p = &config.protocol;
     let protocol_record = vec![
         ("warmup".into(), p.warmup.to_string()),
@@ -132,11 +172,28 @@ pub fn run_host(
     } else {
         Err("no tuned combination selected".into())
     };
-    let environment = environment::detect(
+    let mut environment = environment::detect(
         &config.project_root,
-        ort.clone().unwrap_or_else(|e| format!("not loaded: {e}")),
+        runtimes
+            .ort
+            .clone()
+            .unwrap_or_else(|e| format!("not loaded: {e}")),
         protocol_record,
     );
+    if todo.iter().any(|c| c.compiler.starts_with("openvino-")) {
+        environment.openvino = Some(
+            runtimes
+                .openvino
+                .clone()
+                .unwrap_or_else(|e| format!("not loaded: {e}")),
+        );
+    }
+    if todo.iter().any(|c| c.compiler == dlas_backends::TVM) {
+        environment.tvm = Some(match &runtimes.tvm {
+            Ok(python) => format!("apache-tvm {} ({})", tvm_runtime::VERSION, python.display()),
+            Err(e) => format!("not set up: {e}"),
+        });
+    }
     let results_dir = config.results.parent().unwrap_or(std::path::Path::new("."));
     // Every model file is resolved and hash-checked before anything is
     // measured: a missing, corrupt or mismatched file stops the run here,
@@ -144,7 +201,7 @@ pub fn run_host(
     let mut models = Models::new(&config.project_root)?;
     let mut runnable = Vec::new();
     for c in todo.iter().copied() {
-        match unavailable(c, &ort, &tuned) {
+        match unavailable(study, c, &runtimes, (&tuned, results_dir)) {
             Some(reason) => *report.not_run.entry(reason).or_default() += 1,
             None => {
                 models.path(study, &models::model_file_of(c))?;
@@ -179,11 +236,15 @@ pub fn run_host(
                 break;
             }
             watchdog.arm(key, "loading", Instant::now() + config.protocol.timeout);
-            let loaded = load(study, c, config, &mut models, &tuned);
+            let loaded = load(study, c, (config, results_dir), &mut models, &tuned);
             watchdog.disarm();
             match loaded {
                 Loaded::Session(session) => {
-                    measured.push((c, session.provider()));
+                    let mut provider = session.provider();
+                    if c.compiler == dlas_backends::TVM && c.tuned {
+                        provider += &tvm_tuning::describe(&config.project_root, results_dir, c)?;
+                    }
+                    measured.push((c, provider));
                     slots.push(Slot {
                         session,
                         input: models::input(c, config.seed),
@@ -348,7 +409,7 @@ enum Loaded {
 fn load(
     study: &Study,
     c: &Combination,
-    config: &HostConfig,
+    (config, results_dir): (&HostConfig, &std::path::Path),
     models: &mut Models,
     tuned: &Result<Tuned, String>,
 ) -> Loaded {
@@ -362,6 +423,8 @@ fn load(
         input_shape: [c.batch, ch, h, w],
         threads: config.threads,
         half_io: c.compression == Compression::Fp16,
+        tvm: (c.compiler == dlas_backends::TVM)
+            .then(|| tvm_tuning::options(&config.project_root, results_dir, c)),
     };
     let loaded = if c.is_native() {
         crate::native::load(&path, c, config.threads, tuned.as_ref().ok())

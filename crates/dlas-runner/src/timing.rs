@@ -37,7 +37,10 @@ pub fn measure(session: &mut dyn Session, input: &[f32], protocol: Protocol) -> 
         let output = session.run(black_box(input))?;
         let elapsed = t.elapsed();
         black_box(output);
-        samples.push(elapsed.as_secs_f64() * 1e3);
+        // As `rounds` counts a run: the backend's own time where it has one,
+        // per batch.
+        let time = session.inner_time().unwrap_or(elapsed);
+        samples.push(time.as_secs_f64() * 1e3 / session.batches_per_run().max(1) as f64);
         if started.elapsed() > protocol.timeout && samples.len() < protocol.runs {
             bail!(
                 "timeout after {:.0} s: {} of {} timed runs done",

@@ -5,6 +5,9 @@
 //! that does no work (it returns its input), so what it measures is the
 //! harness: clock reads, the call, and the output's allocation. It must stay
 //! under 5 µs per run, far below the smallest inference time reported.
+//! Where Apache TVM is set up, it also measures what TVM's process boundary
+//! adds to a run (the pipe's round trip), which the runner leaves out by
+//! recording the time TVM's process takes.
 
 mod cluster;
 
@@ -115,6 +118,15 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
                 "harness overhead per timed run: median {median_us:.3} µs, p99 {:.3} µs over {runs} runs (budget {BUDGET_US} µs)",
                 summary.p99 * 1e3
             );
+            let python = dlas_backends::tvm_runtime::python(&project.root);
+            if python.is_file() {
+                tvm_boundary(&python)?;
+            } else {
+                dlas_core::outln!(
+                    "TVM's process boundary: not measured (TVM is not set up; `{}`)",
+                    dlas_backends::tvm_runtime::SETUP
+                );
+            }
             if median_us < BUDGET_US {
                 Ok(ExitCode::SUCCESS)
             } else {
@@ -123,6 +135,59 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
             }
         }
     }
+}
+
+/// What a run through TVM's process adds to the time TVM's process takes:
+/// a small CIFAR-10 network (two convolutions, pooling, a linear layer)
+/// served untuned, its round trip from here minus the time it reports.
+fn tvm_boundary(python: &std::path::Path) -> Result<()> {
+    use dlas_core::Dataset;
+    let mut g = dlas_zoo::GraphBuilder::new("boundary", Dataset::Cifar10);
+    let x = g.input();
+    let x = g.conv_bn(x, 8, 3, 2, 1, Some(dlas_zoo::Op::Relu));
+    let x = g.conv(x, 8, 3, 2, 1, 1, true);
+    let x = g.global_avg_pool(x);
+    let x = g.flatten(x);
+    g.linear(x, 10);
+    let graph = g.finish();
+    let dir = tempfile::tempdir()?;
+    let model = dir.path().join("boundary.onnx");
+    std::fs::write(
+        &model,
+        dlas_onnx::export(&graph, &dlas_zoo::weights::generate(&graph, 1)),
+    )?;
+    let config = dlas_backends::SessionConfig {
+        input_shape: [1, 3, 32, 32],
+        threads: 1,
+        half_io: false,
+        tvm: Some(dlas_backends::tvm_runtime::Options {
+            python: python.to_path_buf(),
+            algorithm: "direct".into(),
+            database: None,
+        }),
+    };
+    let mut session = dlas_backends::load(dlas_backends::TVM, &model, &config)?;
+    let input = vec![0.5f32; 3 * 32 * 32];
+    let mut added = Vec::new();
+    for i in 0..520 {
+        let t = std::time::Instant::now();
+        std::hint::black_box(session.run(&input)?);
+        let outer = t.elapsed();
+        let inner = session
+            .inner_time()
+            .ok_or_else(|| anyhow::anyhow!("TVM reported no time"))?;
+        if i >= 20 {
+            added.push((outer.saturating_sub(inner)).as_secs_f64() * 1e6);
+        }
+    }
+    let s = Summary::from_samples(&added).ok_or_else(|| anyhow::anyhow!("no samples"))?;
+    dlas_core::outln!(
+        "TVM's process boundary adds to a run: median {:.1} µs, p90 {:.1} µs over {} runs (left out: rows record the time TVM's process takes)",
+        s.median,
+        s.p90,
+        s.runs
+    );
+    Ok(())
 }
 
 /// Times every compiler on the same ONNX file and prints ratios against
@@ -152,6 +217,8 @@ fn engine(
     let compilers = project.study("compilers", &specs)?;
     let library = dlas_backends::ort_runtime::library_path(&project.root);
     dlas_backends::ort_runtime::init(&library)?;
+    let openvino = dlas_backends::openvino_runtime::library_path(&project.root);
+    dlas_backends::openvino_runtime::init(&openvino)?;
     let mut models = dlas_runner::models::Models::new(&project.root)?;
     let protocol = Adaptive {
         warmup: 2,
@@ -162,7 +229,7 @@ fn engine(
         timeout: Duration::from_secs(600),
     };
     dlas_core::outln!(
-        "network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_low,ratio_high,ratio_vs_tract_opt,runs,round_trip_ns"
+        "network,compiler,median_ms,gflops,ratio_vs_ort_opt,ratio_low,ratio_high,ratio_vs_openvino_f32,ratio_vs_tract_opt,runs,round_trip_ns"
     );
     let mut verdicts = Vec::new();
     // Every configuration's median counts the bursts of the machine's near
@@ -195,6 +262,7 @@ fn engine(
             input_shape: [1, c, h, w],
             threads,
             half_io: false,
+            tvm: None,
         };
         let mut names = Vec::new();
         let mut slots = Vec::new();
@@ -206,7 +274,8 @@ fn engine(
             });
             names.push(name);
         };
-        for compiler in ["ort-opt", "tract-opt"] {
+        // The references, in this order: ONNX Runtime, tract, OpenVINO (f32).
+        for compiler in ["ort-opt", "tract-opt", "openvino-f32"] {
             add(
                 compiler.into(),
                 dlas_backends::load(compiler, &path, &config)?,
@@ -302,28 +371,31 @@ fn engine(
             .into_iter()
             .map(|s| s.ok_or_else(|| anyhow::anyhow!("{dataset}/{model}: a non-finite time")))
             .collect::<Result<_>>()?;
-        let (ort, tract) = (&summaries[0], &summaries[1]);
+        let (ort, tract, openvino) = (&summaries[0], &summaries[1], &summaries[2]);
         for ((name, t), trip) in names.iter().zip(&summaries).zip(&round_trips) {
             let (ratio, low, high) = ratio(t, ort);
             dlas_core::outln!(
-                "{dataset}/{model},{name},{:.3},{:.1},{ratio:.2},{low:.2},{high:.2},{:.2},{},{}",
+                "{dataset}/{model},{name},{:.3},{:.1},{ratio:.2},{low:.2},{high:.2},{:.2},{:.2},{},{}",
                 t.median,
                 2.0 * macs / (t.median * 1e6),
+                t.median / openvino.median,
                 t.median / tract.median,
                 t.runs,
                 trip.map_or(String::new(), |ns| format!("{ns:.0}"))
             );
         }
         if let Some(target) = target {
-            // The best dense fp32 configuration: the lowest median.
-            let (at, name, best) = (2..2 + native)
+            // The best dense fp32 configuration (after the three
+            // references): the lowest median.
+            let (at, name, best) = (3..3 + native)
                 .map(|i| (i, &names[i], &summaries[i]))
                 .min_by(|a, b| a.2.median.total_cmp(&b.2.median))
                 .expect("four algorithms");
             let (r, low, high) = ratio(best, ort);
             let verdict = verdict((low, high), target, (round_trips[at], round_trips[0]));
+            let (ov, ov_low, ov_high) = ratio(best, openvino);
             verdicts.push(format!(
-                "{dataset}/{model}: {name} {r:.2}x ONNX Runtime (95% {low:.2}-{high:.2}), target at most {target:.1}x: {verdict}"
+                "{dataset}/{model}: {name} {r:.2}x ONNX Runtime (95% {low:.2}-{high:.2}), target at most {target:.1}x: {verdict}; {ov:.2}x OpenVINO f32 (95% {ov_low:.2}-{ov_high:.2})"
             ));
         }
     }

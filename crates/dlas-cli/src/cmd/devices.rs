@@ -2,13 +2,18 @@
 //! measures this machine into one (`data/devices/measured/`).
 
 use crate::project::Project;
-use anyhow::{Context, Result};
-use dlas_core::calibration::{Machine, Peak};
-use dlas_devices::{DeviceKind, DeviceSpec, Origin};
-use dlas_runner::calibrate::{Extent, Progress};
-use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use anyhow::Result;
+use dlas_devices::{DeviceKind, Origin};
 use std::process::ExitCode;
+#[cfg(feature = "host")]
+use {
+    anyhow::Context,
+    dlas_core::calibration::{Machine, Peak},
+    dlas_devices::DeviceSpec,
+    dlas_runner::calibrate::{Extent, Progress},
+    indicatif::{ProgressBar, ProgressStyle},
+    std::path::PathBuf,
+};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -19,6 +24,7 @@ pub enum Command {
     /// region and per-layer costs, the engine's kernels on a seeded grid of
     /// single layers) and write it as a device specification (origin
     /// "measured") with its layer timings. No network is run.
+    #[cfg(feature = "host")]
     Calibrate {
         /// Threads, as the host runs use them (0: one per physical core).
         #[arg(long, default_value = "0", value_parser = super::bounds::threads)]
@@ -58,6 +64,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
                 );
             }
         }
+        #[cfg(feature = "host")]
         Command::Calibrate {
             threads,
             shapes,
@@ -68,8 +75,10 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(feature = "host")]
 struct Bar(ProgressBar);
 
+#[cfg(feature = "host")]
 impl Progress for Bar {
     fn stage(&mut self, name: &str) {
         self.0.set_message(name.to_string());
@@ -81,6 +90,7 @@ impl Progress for Bar {
     }
 }
 
+#[cfg(feature = "host")]
 fn calibrate(
     project: &Project,
     threads: usize,
@@ -161,6 +171,7 @@ fn calibrate(
     Ok(())
 }
 
+#[cfg(feature = "host")]
 /// The fastest rate among `peaks` on `threads` threads, GMAC/s.
 fn best(peaks: &[Peak], threads: usize) -> f64 {
     peaks
@@ -170,6 +181,7 @@ fn best(peaks: &[Peak], threads: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
+#[cfg(feature = "host")]
 /// The measured machine in the mocked devices' format. The widest FMA's
 /// rate per thread is `fma_lanes x clock_ghz`: lanes come from the
 /// instruction set (8 fp32 lanes in AVX2, 16 in AVX-512, two FMA pipes as the scalar
@@ -240,10 +252,12 @@ fn spec_of(m: &Machine, cpu: &str, environment: String) -> DeviceSpec {
     }
 }
 
+#[cfg(feature = "host")]
 /// The FMA latency in cycles of every x86 core since Skylake and Zen 2,
 /// used only to split the measured peak into pipes and clock.
 const FMA_LATENCY_CYCLES: usize = 4;
 
+#[cfg(feature = "host")]
 fn isa_lanes(isa: &str) -> usize {
     match isa {
         "avx512-fma" => 16,
@@ -253,6 +267,7 @@ fn isa_lanes(isa: &str) -> usize {
     }
 }
 
+#[cfg(feature = "host")]
 fn round(x: f64, digits: i32) -> f64 {
     let p = 10f64.powi(digits);
     (x * p).round() / p

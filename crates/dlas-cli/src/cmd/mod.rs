@@ -1,17 +1,27 @@
 //! One module per subcommand.
+//!
+//! Those that measure on this machine, tune, compress to ONNX or drive a
+//! cluster need the `host` feature (the default); `cargo xtask reproduce`
+//! builds without it, for a first look in minutes.
 
+#[cfg(feature = "host")]
 pub mod accuracy;
+#[cfg(feature = "host")]
 pub mod bench;
 pub mod claims;
+#[cfg(feature = "host")]
 pub mod cluster;
 pub mod compare;
+#[cfg(feature = "host")]
 pub mod compress;
+#[cfg(feature = "host")]
 pub mod crosscheck;
 pub mod devices;
 pub mod metrics;
 pub mod plan;
 pub mod reproduce;
 pub mod run;
+#[cfg(feature = "host")]
 pub mod tune;
 pub mod validate;
 pub mod zoo;

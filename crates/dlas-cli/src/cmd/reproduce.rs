@@ -73,7 +73,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             .collect();
         for id in envs {
             let path = project.results_dir(&study).join(format!("{id}.json"));
-            let env = dlas_runner::environment::Environment::load(&path)?;
+            let env = dlas_core::Environment::load(&path)?;
             // One row per machine: runs with other protocols or loads share it.
             match hosts.iter_mut().find(|h: &&mut HostSummary| {
                 (&h.cpu_model, h.logical_cpus, &h.cpu_flags, &h.os)

@@ -9,10 +9,10 @@ use crate::project::{HOST, Project};
 use anyhow::{Context, Result, bail};
 use dlas_core::{Filter, Plan, Shard, Study, append, results};
 use dlas_devices::{DeviceSpec, MockProtocol, run_mocked};
-use dlas_runner::rounds::Adaptive;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+#[cfg(feature = "host")]
+use {dlas_runner::rounds::Adaptive, std::time::Duration};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -140,7 +140,13 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if host {
+        #[cfg(feature = "host")]
         return run_host(project, &study, &plan, args);
+        #[cfg(not(feature = "host"))]
+        bail!(
+            "this dlas was built without measuring on the host (`cargo xtask reproduce` builds it so, \
+             for a first look); build the full one with `cargo build --release` and run target/release/dlas"
+        );
     }
     if args.retry_failed {
         bail!("--retry-failed applies to host runs: a mocked run computes every row anew");
@@ -191,6 +197,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
 
 /// The host's protocol: the study's adaptive one, or a fixed count when
 /// `--runs` is given.
+#[cfg(feature = "host")]
 fn host_protocol(study: &dlas_core::study::Protocol, args: &Args) -> Adaptive {
     let warmup = args.warmup.unwrap_or(study.warmup);
     let timeout = Duration::from_secs_f64(args.timeout.unwrap_or(study.timeout_s));
@@ -207,6 +214,7 @@ fn host_protocol(study: &dlas_core::study::Protocol, args: &Args) -> Adaptive {
     }
 }
 
+#[cfg(feature = "host")]
 fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Result<ExitCode> {
     let threads = match args.threads.unwrap_or(study.protocol.threads) {
         // The protocol's 0: one thread per physical core.

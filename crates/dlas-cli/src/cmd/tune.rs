@@ -1,11 +1,14 @@
 //! `dlas tune`: search the schedules of a study's tuned native
-//! combinations on this machine, and `dlas bench tune`, what that buys.
+//! combinations on this machine, and tune its tuned TVM combinations'
+//! networks with MetaSchedule; and `dlas bench tune`, what the native
+//! tuner buys.
 
 use crate::project::{HOST, Project};
 use anyhow::{Result, bail};
 use dlas_core::{Algorithm, Combination, Dataset, Filter, Plan};
 use dlas_runner::timing::{Protocol, measure};
 use dlas_runner::tuning::{self, TuneConfig, Tuned};
+use dlas_runner::tvm_tuning;
 use dlas_tune::{Budget, Timer};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,12 +23,16 @@ pub struct Args {
     #[arg(long, default_value = HOST)]
     device: String,
     /// Select combinations: axis=value[|value][,axis=value…]; tuned native
-    /// combinations of the selection are tuned.
+    /// and TVM combinations of the selection are tuned.
     #[arg(long, default_value = "")]
     filter: String,
-    /// Candidates measured per layer (the study: Ansor's 20,000).
+    /// Candidates measured per layer by the native tuner (the study: Ansor's 20,000).
     #[arg(long, default_value_t = Budget::STUDY.trials)]
     trials: usize,
+    /// Candidates MetaSchedule measures per TVM network (default: the study's
+    /// `trials` of its tvm compiler).
+    #[arg(long)]
+    tvm_trials: Option<usize>,
     /// Stop a layer after this many candidates without improvement (the study: 1,000).
     #[arg(long, default_value_t = Budget::STUDY.early_stop)]
     early_stop: usize,
@@ -73,11 +80,27 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     let study = project.study(&args.study, &specs)?;
     let filter = Filter::parse(&args.filter)?
         .require("device", [HOST])?
-        .require("compiler", [dlas_core::NATIVE])?
         .require("tuned", ["true"])?;
     filter.check(&study)?;
-    let plan = Plan::expand(&study).filtered(&filter);
+    let (tvm, plan): (Vec<Combination>, Plan) = {
+        let mut plan = Plan::expand(&study).filtered(&filter);
+        let tvm = plan
+            .combinations
+            .iter()
+            .filter(|c| c.compiler == dlas_backends::TVM)
+            .cloned()
+            .collect();
+        plan.combinations.retain(|c| c.is_native());
+        (tvm, plan)
+    };
     let dir = project.results_dir(&study);
+    let threads = threads(args.threads.unwrap_or(study.protocol.threads));
+    if !tvm.is_empty() {
+        tune_tvm(project, &study, &tvm, threads, args)?;
+        if plan.combinations.is_empty() {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     let records = args
         .records
         .clone()
@@ -91,7 +114,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         project_root: project.root.clone(),
         records,
         best,
-        threads: threads(args.threads.unwrap_or(study.protocol.threads)),
+        threads,
         budget: Budget {
             trials: args.trials,
             early_stop: args.early_stop,
@@ -104,7 +127,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     };
     if plan.combinations.is_empty() {
         bail!(
-            "no tuned native host combination of study {} matches --filter `{}`",
+            "no tuned native or TVM host combination of study {} matches --filter `{}`",
             study.name,
             args.filter
         );
@@ -168,6 +191,46 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// MetaSchedule on the networks of the tuned TVM combinations `tvm`: each
+/// database once, skipping those already tuned.
+fn tune_tvm(
+    project: &Project,
+    study: &dlas_core::Study,
+    tvm: &[Combination],
+    threads: usize,
+    args: &Args,
+) -> Result<()> {
+    let budget = match args.tvm_trials {
+        Some(0) => bail!("--tvm-trials must be at least 1"),
+        Some(n) => n,
+        None => tvm_tuning::budget(study)?,
+    };
+    let dir = project.results_dir(study);
+    if args.dry_run {
+        for c in tvm {
+            let done = if tvm_tuning::is_tuned(&dir, c) {
+                " (tuned)"
+            } else {
+                ""
+            };
+            dlas_core::outln!("tvm {}{done}", tvm_tuning::database_dir(&dir, c).display());
+        }
+        return Ok(());
+    }
+    dlas_backends::tvm_runtime::check_installed(&dlas_backends::tvm_runtime::python(
+        &project.root,
+    ))?;
+    let report = tvm_tuning::tune_all(study, tvm, (&project.root, &dir), threads, budget)?;
+    dlas_core::outln!(
+        "TVM: {} networks tuned now ({} trials each at most), {} tuned before; databases under {}",
+        report.tuned.len(),
+        budget,
+        report.already,
+        dir.join("tuning/tvm").display()
+    );
+    Ok(())
+}
+
 /// Rounds the untuned and tuned networks alternate in.
 const ROUNDS: usize = 5;
 
@@ -216,6 +279,7 @@ pub fn bench(
             input_shape: [1, c, h, w],
             threads,
             half_io: false,
+            tvm: None,
         };
         let ort = median(measure(
             dlas_backends::load("ort-opt", &path, &session)?.as_mut(),

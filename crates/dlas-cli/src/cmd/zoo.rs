@@ -1,15 +1,18 @@
 //! `dlas zoo`: list the networks, export them as ONNX.
 
 use crate::project::Project;
-use anyhow::{Context, Result};
-use dlas_core::{Algorithm, Combination, Compression, Dataset, Format, Layout, Study};
-use dlas_zoo::{catalogue, weights};
-use sha2::{Digest, Sha256};
+use anyhow::Result;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
-
-use dlas_zoo::weights::MODEL_SEED as DEFAULT_SEED;
+#[cfg(feature = "host")]
+use {
+    anyhow::Context,
+    dlas_core::{Algorithm, Combination, Compression, Dataset, Format, Layout, Study},
+    dlas_zoo::weights::MODEL_SEED as DEFAULT_SEED,
+    dlas_zoo::{catalogue, weights},
+    sha2::{Digest, Sha256},
+    std::path::PathBuf,
+};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -20,6 +23,7 @@ pub enum Command {
         format: ListFormat,
     },
     /// Write one network as an ONNX file with seeded weights.
+    #[cfg(feature = "host")]
     Export {
         model: String,
         #[arg(long)]
@@ -32,6 +36,7 @@ pub enum Command {
     /// Write the DLAS study's networks and every other zoo network a study
     /// names, and the DLAS study's compressions (into `compressed/`), into a
     /// folder; print `sha256  file` lines (the lock format).
+    #[cfg(feature = "host")]
     ExportAll {
         #[arg(long)]
         out: PathBuf,
@@ -46,9 +51,11 @@ pub enum ListFormat {
     Table,
 }
 
+#[cfg_attr(not(feature = "host"), allow(unused_variables))]
 pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
     match command {
         Command::List { format } => list(*format)?,
+        #[cfg(feature = "host")]
         Command::Export {
             model,
             dataset,
@@ -59,6 +66,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
             let digest = export(net, out, *seed)?;
             dlas_core::outln!("{digest}  {}", out.display());
         }
+        #[cfg(feature = "host")]
         Command::ExportAll { out, seed } => {
             for net in studied_networks(project)? {
                 let file = format!("{}-{}.onnx", net.dataset, net.name);
@@ -105,6 +113,7 @@ pub fn run(project: &Project, command: &Command) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(feature = "host")]
 /// The DLAS study's networks, then every other zoo network some study names
 /// (user ONNX models aside), in study order: the files `data/models.lock`
 /// pins, so a study's host runs find their models pinned and networks no
@@ -170,6 +179,7 @@ fn list(format: ListFormat) -> Result<()> {
 }
 
 /// Writes one network atomically and returns the file's sha256.
+#[cfg(feature = "host")]
 fn export(net: &dlas_zoo::Network, out: &std::path::Path, seed: u64) -> Result<String> {
     let graph = (net.build)();
     let bytes = dlas_onnx::export(&graph, &weights::generate(&graph, seed));

@@ -1,0 +1,299 @@
+//! Apache TVM's tuned axis: MetaSchedule tunes the network of each tuned
+//! TVM combination once, into a database under the study's results
+//! (`tuning/tvm/<dataset>-<model>-<compression>-<algorithm>-b<batch>/`),
+//! which tuned runs apply and which is committed, so measuring and
+//! reproducing never tune again. Beside MetaSchedule's two database files,
+//! `tuning.json` says what the search was (trials, tasks, wall time,
+//! threads, seed, TVM and target); its presence marks a finished tuning.
+//! A tuning runs in a `.partial` folder and is moved into place when it
+//! ends, so an interrupted one starts over rather than leaving half a
+//! database that a run would apply.
+
+use anyhow::{Context, Result, bail};
+use dlas_backends::tvm_runtime::{self, Options};
+use dlas_core::{Combination, Study};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// What one tuning was, saved as `tuning.json` beside its database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The study's budget for the network, in candidates.
+    pub budget: usize,
+    /// Candidates measured.
+    pub trials: usize,
+    /// The network's distinct kernels, and how many got a valid record.
+    pub tasks: usize,
+    pub tuned_tasks: usize,
+    pub wall_s: f64,
+    pub threads: usize,
+    pub seed: u64,
+    /// The evolutionary search's population per round ([`POPULATION`]).
+    pub population: usize,
+    pub tvm: String,
+}
+
+/// The population MetaSchedule's evolutionary search scores per round. Its
+/// default, 512, spends 33-55 s of search per task and round on 2 cores
+/// whatever the trials; 128 took 25-30 s under load (docs/compilers.md has
+/// the budget curve this was chosen with).
+pub const POPULATION: usize = 128;
+
+/// The database folder of combination `c` under the study's results.
+pub fn database_dir(results_dir: &Path, c: &Combination) -> PathBuf {
+    results_dir.join("tuning").join("tvm").join(format!(
+        "{}-{}-{}-{}-b{}",
+        c.dataset, c.model, c.compression, c.algorithm, c.batch
+    ))
+}
+
+fn summary_path(results_dir: &Path, c: &Combination) -> PathBuf {
+    database_dir(results_dir, c).join("tuning.json")
+}
+
+/// Whether `c`'s network has been tuned.
+pub fn is_tuned(results_dir: &Path, c: &Combination) -> bool {
+    summary_path(results_dir, c).is_file()
+}
+
+/// The tuning of `c`'s network, if it has been tuned.
+pub fn summary(results_dir: &Path, c: &Combination) -> Result<Option<Summary>> {
+    let path = summary_path(results_dir, c);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = dlas_core::regular_file::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .with_context(|| format!("{} is not a TVM tuning summary", path.display()))
+}
+
+/// How the runner builds `c`'s TVM session: untuned, or from its database.
+pub fn options(project_root: &Path, results_dir: &Path, c: &Combination) -> Options {
+    Options {
+        python: tvm_runtime::python(project_root),
+        algorithm: c.algorithm.to_string(),
+        database: c.tuned.then(|| database_dir(results_dir, c)),
+    }
+}
+
+/// What a tuned row's provider adds: the database (relative to the
+/// project) and the search that filled it.
+pub fn describe(project_root: &Path, results_dir: &Path, c: &Combination) -> Result<String> {
+    let Some(s) = summary(results_dir, c)? else {
+        return Ok(String::new());
+    };
+    let dir = database_dir(results_dir, c);
+    let shown = dir.strip_prefix(project_root).unwrap_or(&dir);
+    Ok(format!(
+        "; MetaSchedule database {}: {} trials of a budget of {}, {} of {} tasks tuned, {:.0} s on {} thread(s)",
+        shown.display(),
+        s.trials,
+        s.budget,
+        s.tuned_tasks,
+        s.tasks,
+        s.wall_s,
+        s.threads
+    ))
+}
+
+/// The `dlas tune` command that tunes `c`.
+pub fn tune_command(study: &Study, c: &Combination) -> String {
+    format!(
+        "dlas tune --study {} --device host --filter dataset={},model={},compression={},algorithm={},batch={},compiler=tvm,tuned=true",
+        study.name, c.dataset, c.model, c.compression, c.algorithm, c.batch
+    )
+}
+
+/// The study's budget per network for TVM (`trials` of its `tvm` compiler).
+pub fn budget(study: &Study) -> Result<usize> {
+    study
+        .compilers
+        .iter()
+        .find(|c| c.id.get_ref() == dlas_backends::TVM)
+        .and_then(|c| c.trials.as_ref())
+        .map(|t| *t.get_ref())
+        .filter(|&t| t > 0)
+        .with_context(|| {
+            format!(
+                "{}: the study's tvm compiler sets no `trials` (MetaSchedule's budget per network)",
+                study.path.display()
+            )
+        })
+}
+
+/// What tuning a network needs: its ONNX file, input shape, threads,
+/// budget and seed.
+pub struct Job<'a> {
+    pub combination: &'a Combination,
+    pub model: PathBuf,
+    pub input_shape: [usize; 4],
+    pub threads: usize,
+    pub budget: usize,
+    pub population: usize,
+    pub seed: u64,
+}
+
+/// Tunes `job`'s network into its database folder under `results_dir`,
+/// unless it is there already (`None`).
+pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option<Summary>> {
+    let c = job.combination;
+    if is_tuned(results_dir, c) {
+        return Ok(None);
+    }
+    let dir = database_dir(results_dir, c);
+    let partial = dir.with_extension("partial");
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial)
+            .with_context(|| format!("cannot remove the unfinished {}", partial.display()))?;
+    }
+    std::fs::create_dir_all(&partial)?;
+    let options = Options {
+        database: Some(partial.clone()),
+        ..options(project_root, results_dir, c)
+    };
+    let report = tvm_runtime::tune(
+        &job.model,
+        job.input_shape,
+        job.threads,
+        &options,
+        tvm_runtime::Search {
+            trials: job.budget,
+            population: job.population,
+            seed: job.seed,
+        },
+    )?;
+    if report.tuned_tasks == 0 {
+        bail!(
+            "MetaSchedule measured no valid candidate for {}/{} ({} trials); nothing is kept",
+            c.dataset,
+            c.model,
+            report.trials
+        );
+    }
+    // MetaSchedule's per-task logs are large and differ run to run; the
+    // database is what a tuned run applies.
+    let logs = partial.join("logs");
+    if logs.exists() {
+        std::fs::remove_dir_all(&logs)?;
+    }
+    let summary = Summary {
+        budget: job.budget,
+        trials: report.trials,
+        tasks: report.tasks,
+        tuned_tasks: report.tuned_tasks,
+        wall_s: (report.wall_s * 10.0).round() / 10.0,
+        threads: job.threads,
+        seed: job.seed,
+        population: job.population,
+        tvm: tvm_runtime::VERSION.into(),
+    };
+    let mut json = serde_json::to_string_pretty(&summary)?;
+    json.push('\n');
+    dlas_core::atomic::write_atomic(&partial.join("tuning.json"), json.as_bytes())?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::rename(&partial, &dir)
+        .with_context(|| format!("cannot move {} into place", partial.display()))?;
+    Ok(Some(summary))
+}
+
+/// What [`tune_all`] did.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Networks tuned now, with their summaries.
+    pub tuned: Vec<(String, Summary)>,
+    /// Networks whose database was there already.
+    pub already: usize,
+}
+
+/// Tunes the network of every tuned TVM combination of `combinations`
+/// (each database once), one after the other, showing which is being
+/// tuned and for how long.
+pub fn tune_all(
+    study: &Study,
+    combinations: &[Combination],
+    (project_root, results_dir): (&Path, &Path),
+    threads: usize,
+    budget: usize,
+) -> Result<Report> {
+    let mut models = crate::models::Models::new(project_root)?;
+    let mut report = Report::default();
+    let mut seen = std::collections::HashSet::new();
+    let jobs: Vec<&Combination> = combinations
+        .iter()
+        .filter(|c| c.compiler == dlas_backends::TVM && c.tuned)
+        .filter(|c| seen.insert(database_dir(results_dir, c)))
+        .collect();
+    for (i, &c) in jobs.iter().enumerate() {
+        let label = format!("{}/{} {} b{}", c.dataset, c.model, c.algorithm, c.batch);
+        if is_tuned(results_dir, c) {
+            report.already += 1;
+            continue;
+        }
+        let model = models.path(study, &crate::models::model_file_of(c))?;
+        let [ch, h, w] = c.dataset.input_chw();
+        let spinner = crate::progress::spinner(&format!(
+            "[{}/{}] tuning {label} with MetaSchedule ({budget} trials)",
+            i + 1,
+            jobs.len()
+        ));
+        let job = Job {
+            combination: c,
+            model,
+            input_shape: [c.batch, ch, h, w],
+            threads,
+            budget,
+            population: POPULATION,
+            seed: study.protocol.seed,
+        };
+        let tuned = tune(project_root, results_dir, &job);
+        spinner.finish_and_clear();
+        let summary = tuned?.expect("not tuned before");
+        dlas_core::errln!(
+            "[{}/{}] {label}: {} trials, {} of {} tasks tuned, {:.0} s",
+            i + 1,
+            jobs.len(),
+            summary.trials,
+            summary.tuned_tasks,
+            summary.tasks,
+            summary.wall_s
+        );
+        report.tuned.push((label, summary));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlas_core::{Algorithm, Dataset};
+
+    #[test]
+    fn each_network_algorithm_and_batch_has_its_own_database() {
+        let c = Combination {
+            algorithm: Algorithm::SpatialPack,
+            tuned: true,
+            batch: 8,
+            ..Combination::host(Dataset::Imagenet, "swin_t", "tvm")
+        };
+        let dir = database_dir(Path::new("data/results/compilers"), &c);
+        assert_eq!(
+            dir,
+            Path::new("data/results/compilers/tuning/tvm/imagenet-swin_t-dense-spatial-pack-b8")
+        );
+        let untuned = Combination {
+            tuned: false,
+            ..c.clone()
+        };
+        let opts = options(Path::new("/p"), Path::new("r"), &untuned);
+        assert_eq!(opts.database, None);
+        assert_eq!(opts.algorithm, "spatial-pack");
+        assert_eq!(
+            options(Path::new("/p"), Path::new("r"), &c).database,
+            Some(database_dir(Path::new("r"), &c))
+        );
+    }
+}

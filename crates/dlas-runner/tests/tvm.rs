@@ -1,0 +1,149 @@
+//! Apache TVM as a measured compiler (issue 41): under each of the three
+//! algorithms its convolutions are legalized to, untuned and tuned, it
+//! gives ONNX Runtime's logits, and a tuned session applies the database
+//! MetaSchedule wrote. Needs TVM's environment (`cargo xtask setup --tvm`)
+//! and the ONNX Runtime library (`cargo xtask setup`); `cargo xtask test`
+//! leaves these tests out, counted as skipped, where TVM is not set up,
+//! and `.ci/run` sets it up.
+
+use dlas_backends::{Session, SessionConfig, TVM, relative_l2, tvm_runtime};
+use dlas_core::{Algorithm, Combination, Dataset};
+use dlas_runner::tvm_tuning;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A small CIFAR-10 network with what the legalization handles (dense
+/// 3x3 and 1x1 convolutions, stride 2) and what it leaves to TVM's own
+/// (a depthwise convolution), pooling and a linear layer.
+fn small_model(dir: &Path) -> PathBuf {
+    use dlas_zoo::Op;
+    let mut g = dlas_zoo::GraphBuilder::new("small", Dataset::Cifar10);
+    let x = g.input();
+    let x = g.conv_bn(x, 16, 3, 1, 1, Some(Op::Relu));
+    let x = g.conv_bn(x, 16, 3, 2, 1, Some(Op::Relu));
+    let x = g.conv(x, 16, 3, 1, 1, 16, true);
+    let x = g.conv_bn(x, 32, 1, 1, 1, Some(Op::Relu6));
+    let x = g.global_avg_pool(x);
+    let x = g.flatten(x);
+    g.linear(x, 10);
+    let graph = g.finish();
+    let path = dir.join("small.onnx");
+    std::fs::write(
+        &path,
+        dlas_onnx::export(&graph, &dlas_zoo::weights::generate(&graph, 3)),
+    )
+    .unwrap();
+    path
+}
+
+fn config(tvm: Option<tvm_runtime::Options>) -> SessionConfig {
+    SessionConfig {
+        input_shape: [1, 3, 32, 32],
+        threads: 2,
+        half_io: false,
+        tvm,
+    }
+}
+
+fn input() -> Vec<f32> {
+    (0..3 * 32 * 32)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect()
+}
+
+/// ONNX Runtime's logits, the reference.
+fn reference(model: &Path) -> Vec<f32> {
+    let library = dlas_backends::ort_runtime::library_path(&root());
+    dlas_backends::ort_runtime::init(&library).unwrap();
+    dlas_backends::load("ort-noopt", model, &config(None))
+        .unwrap()
+        .run(&input())
+        .unwrap()
+}
+
+fn options(algorithm: &str, database: Option<PathBuf>) -> tvm_runtime::Options {
+    tvm_runtime::Options {
+        python: tvm_runtime::python(&root()),
+        algorithm: algorithm.into(),
+        database,
+    }
+}
+
+fn run(model: &Path, options: tvm_runtime::Options) -> (Box<dyn Session>, Vec<f32>) {
+    let mut session = dlas_backends::load(TVM, model, &config(Some(options))).unwrap();
+    let output = session.run(&input()).unwrap();
+    (session, output)
+}
+
+#[test]
+fn tvm_agrees_with_onnx_runtime_under_every_algorithm() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = small_model(dir.path());
+    let expected = reference(&model);
+    for algorithm in tvm_runtime::ALGORITHMS {
+        let (session, output) = run(&model, options(algorithm, None));
+        let error = relative_l2(&output, &expected);
+        assert!(error < 1e-4, "{algorithm}: relative L2 {error}");
+        let provider = session.provider();
+        assert!(
+            provider.contains(&format!("{algorithm} convolutions, untuned")),
+            "{provider}"
+        );
+        let time = session.inner_time().expect("TVM reports its own time");
+        assert!(time.as_nanos() > 0);
+    }
+}
+
+#[test]
+fn a_tuned_session_applies_the_database_metaschedule_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = small_model(dir.path());
+    let expected = reference(&model);
+    let results = dir.path().join("results");
+    let c = Combination {
+        algorithm: Algorithm::Gemm,
+        tuned: true,
+        ..Combination::host(Dataset::Cifar10, "small", TVM)
+    };
+    let job = tvm_tuning::Job {
+        combination: &c,
+        model: model.clone(),
+        input_shape: [1, 3, 32, 32],
+        threads: 2,
+        budget: 12,
+        population: 16,
+        seed: 5,
+    };
+    let summary = tvm_tuning::tune(&root(), &results, &job)
+        .unwrap()
+        .expect("tuned now");
+    assert!(summary.tuned_tasks > 0 && summary.trials > 0, "{summary:?}");
+    let database = tvm_tuning::database_dir(&results, &c);
+    assert!(database.join("database_tuning_record.json").is_file());
+    assert!(
+        !database.join("logs").exists(),
+        "MetaSchedule's logs are not kept"
+    );
+    assert!(tvm_tuning::is_tuned(&results, &c));
+    // A second tuning of the same network keeps the database.
+    assert_eq!(tvm_tuning::tune(&root(), &results, &job).unwrap(), None);
+    let (session, output) = run(&model, tvm_tuning::options(&root(), &results, &c));
+    let provider = session.provider();
+    assert!(
+        provider.contains("gemm convolutions, tuned: "),
+        "{provider}"
+    );
+    assert!(!provider.contains("tuned: 0 of"), "{provider}");
+    let error = relative_l2(&output, &expected);
+    assert!(error < 1e-4, "tuned: relative L2 {error}");
+    let described = tvm_tuning::describe(dir.path(), &results, &c).unwrap();
+    assert!(
+        described.starts_with(
+            "; MetaSchedule database results/tuning/tvm/cifar10-small-dense-gemm-b1: "
+        ),
+        "{described}"
+    );
+}
