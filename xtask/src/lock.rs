@@ -22,7 +22,7 @@ const HEADER: &str =
 
 pub fn verify(root: &Path, update: bool) -> Result<()> {
     let cache = root.join(".cache/models");
-    let models = crate::dlas_output(
+    let models = crate::commands::dlas_output(
         root,
         &[
             "zoo",

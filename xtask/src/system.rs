@@ -154,8 +154,8 @@ pub fn install() -> Result<()> {
     }
     let packages: Vec<&str> = missing.iter().map(|n| n.package).collect();
     eprintln!("installing {}", packages.join(" "));
-    crate::run(Command::new("apt-get").args(["update", "-qq"]))?;
-    crate::run(
+    crate::commands::run(Command::new("apt-get").args(["update", "-qq"]))?;
+    crate::commands::run(
         Command::new("apt-get")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
             .args(&packages)

@@ -314,42 +314,15 @@ pub fn check_file(shown: &str, text: &str) -> Vec<String> {
     problems
 }
 
-/// Import loops of more than two files among the modules under `src`: the
-/// strongly connected components of the graph whose edges are the
-/// `crate::…` and `super::…` paths each file names outside its tests.
+/// Import loops of more than two files among the modules under `src`
+/// (`crate::imports` says what an import is).
 pub fn import_loops(src: &Path) -> Result<Vec<Vec<String>>> {
     let mut modules = BTreeMap::new();
     for file in rust_files(src)? {
         let rel = file.strip_prefix(src).unwrap_or(&file);
         modules.insert(module_path(rel), std::fs::read_to_string(&file)?);
     }
-    Ok(loops(&modules))
-}
-
-/// Import loops of more than two modules in `modules` (module path -> source).
-pub fn loops(modules: &BTreeMap<Vec<String>, String>) -> Vec<Vec<String>> {
-    let names: Vec<&Vec<String>> = modules.keys().collect();
-    let index: BTreeMap<&Vec<String>, usize> =
-        names.iter().enumerate().map(|(i, m)| (*m, i)).collect();
-    let edges: Vec<BTreeSet<usize>> = names
-        .iter()
-        .map(|m| {
-            referenced_paths(m, &modules[*m])
-                .into_iter()
-                .filter_map(|p| resolve(&p, &index))
-                .filter(|&t| names[t] != *m)
-                .collect()
-        })
-        .collect();
-    strongly_connected(&edges)
-        .into_iter()
-        .filter(|c| c.len() > 2)
-        .map(|c| {
-            c.into_iter()
-                .map(|i| format!("crate::{}", names[i].join("::")))
-                .collect()
-        })
-        .collect()
+    Ok(crate::imports::loops(&modules))
 }
 
 /// `gemm/mod.rs` -> `[gemm]`, `lib.rs` -> `[]`, `claims/cells.rs` -> `[claims, cells]`.
@@ -365,177 +338,6 @@ fn module_path(rel: &Path) -> Vec<String> {
         parts.pop();
     }
     parts
-}
-
-/// The absolute module paths (segments after `crate`) that `source`, the
-/// text of module `module`, names through `crate::` and `super::`, outside
-/// its `#[cfg(test)]` part. Use-trees with braces are expanded.
-fn referenced_paths(module: &[String], source: &str) -> Vec<Vec<String>> {
-    let code = source
-        .find("#[cfg(test)]")
-        .map_or(source, |at| &source[..at]);
-    let code: String = code
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut found = Vec::new();
-    for start in ["crate::", "super::"] {
-        let mut rest = code.as_str();
-        while let Some(at) = rest.find(start) {
-            let before = rest[..at].chars().last();
-            let tail = &rest[at..];
-            rest = &rest[at + start.len()..];
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                continue;
-            }
-            let end = use_tree_end(tail);
-            for path in expand(&tail[..end]) {
-                if let Some(abs) = absolute(module, &path) {
-                    found.push(abs);
-                }
-            }
-        }
-    }
-    found
-}
-
-/// The length of the path or use-tree starting at `text` (balanced braces).
-fn use_tree_end(text: &str) -> usize {
-    let mut depth = 0usize;
-    for (i, c) in text.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 0 => return i,
-            '}' => depth -= 1,
-            c if depth == 0 && !(c.is_alphanumeric() || c == '_' || c == ':') => return i,
-            _ => {}
-        }
-    }
-    text.len()
-}
-
-/// `crate::a::{b, c::{d}}` -> `[crate,a,b]`, `[crate,a,c,d]`.
-fn expand(tree: &str) -> Vec<Vec<String>> {
-    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
-    let Some(open) = tree.find('{') else {
-        return vec![segments(&tree)];
-    };
-    let prefix = segments(&tree[..open]);
-    let inner = &tree[open + 1..tree.len().saturating_sub(1)];
-    let mut out = Vec::new();
-    let (mut depth, mut from) = (0usize, 0);
-    for (i, c) in inner.char_indices().chain([(inner.len(), ',')]) {
-        match c {
-            '{' => depth += 1,
-            '}' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                let item = &inner[from..i];
-                from = i + 1;
-                for p in expand(item) {
-                    out.push(prefix.iter().cloned().chain(p).collect());
-                }
-            }
-            _ => {}
-        }
-    }
-    if out.is_empty() {
-        out.push(prefix);
-    }
-    out
-}
-
-fn segments(path: &str) -> Vec<String> {
-    path.split("::")
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-/// A path as segments below the crate root, from module `module`.
-fn absolute(module: &[String], path: &[String]) -> Option<Vec<String>> {
-    let mut base: Vec<String> = module.to_vec();
-    let mut rest = path;
-    match rest.first().map(String::as_str) {
-        Some("crate") => {
-            base.clear();
-            rest = &rest[1..];
-        }
-        Some("super") => {
-            while rest.first().map(String::as_str) == Some("super") {
-                base.pop()?;
-                rest = &rest[1..];
-            }
-        }
-        _ => return None,
-    }
-    base.extend(rest.iter().filter(|s| *s != "self").cloned());
-    Some(base)
-}
-
-/// The module (file) a path lands in: its longest prefix that is a module.
-fn resolve(path: &[String], index: &BTreeMap<&Vec<String>, usize>) -> Option<usize> {
-    (0..=path.len())
-        .rev()
-        .find_map(|n| index.get(&path[..n].to_vec()).copied())
-}
-
-/// Tarjan's strongly connected components.
-fn strongly_connected(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
-    struct State<'a> {
-        edges: &'a [BTreeSet<usize>],
-        index: Vec<Option<usize>>,
-        low: Vec<usize>,
-        on_stack: Vec<bool>,
-        stack: Vec<usize>,
-        next: usize,
-        out: Vec<Vec<usize>>,
-    }
-    fn visit(s: &mut State, v: usize) {
-        s.index[v] = Some(s.next);
-        s.low[v] = s.next;
-        s.next += 1;
-        s.stack.push(v);
-        s.on_stack[v] = true;
-        for &w in s.edges[v].iter() {
-            match s.index[w] {
-                None => {
-                    visit(s, w);
-                    s.low[v] = s.low[v].min(s.low[w]);
-                }
-                Some(iw) if s.on_stack[w] => s.low[v] = s.low[v].min(iw),
-                _ => {}
-            }
-        }
-        if Some(s.low[v]) == s.index[v] {
-            let mut component = Vec::new();
-            while let Some(w) = s.stack.pop() {
-                s.on_stack[w] = false;
-                component.push(w);
-                if w == v {
-                    break;
-                }
-            }
-            component.sort();
-            s.out.push(component);
-        }
-    }
-    let n = edges.len();
-    let mut s = State {
-        edges,
-        index: vec![None; n],
-        low: vec![0; n],
-        on_stack: vec![false; n],
-        stack: Vec::new(),
-        next: 0,
-        out: Vec::new(),
-    };
-    for v in 0..n {
-        if s.index[v].is_none() {
-            visit(&mut s, v);
-        }
-    }
-    s.out
 }
 
 #[cfg(test)]
@@ -606,6 +408,7 @@ mod tests {
 
     #[test]
     fn a_loop_of_three_files_is_found_and_two_are_allowed() {
+        use crate::imports::loops;
         let two = modules(&[
             ("lib.rs", "//! Root.\nmod a;\nmod b;\n"),
             ("a.rs", "//! A.\nuse crate::b::Thing;\n"),
@@ -637,21 +440,123 @@ mod tests {
         assert!(loops(&tests_only).is_empty());
     }
 
+    /// The loops the first tidy missed (issue 42): through a bare child
+    /// path in `lib.rs`, through a `pub use` of `lib.rs` and a `mod.rs`,
+    /// and through an exported macro; each one edge away from none.
     #[test]
-    fn use_trees_expand_and_resolve_to_files() {
+    fn loops_through_lib_mod_and_pub_use_are_found() {
+        use crate::imports::loops;
+        let lib = "//! Root.\nmod a;\nmod b;\n#[cfg(test)]\nmod testing;\npub use a::X;\npub fn root() { b::g() }\n";
+        // lib -> b (bare child path), b -> a (through lib's `pub use`), a -> lib.
+        let planted = modules(&[
+            ("lib.rs", lib),
+            ("a.rs", "//! A.\npub struct X;\nfn h() { crate::root() }\n"),
+            ("b.rs", "//! B.\nuse crate::X;\npub fn g() {}\n"),
+        ]);
         assert_eq!(
-            expand("crate::a::{b, c::{d, e}}"),
+            loops(&planted),
+            vec![vec!["crate::", "crate::a", "crate::b"]]
+        );
+        // Without `a -> lib`, `crate::X` is `a`, not `lib`: no loop.
+        let clean = modules(&[
+            ("lib.rs", lib),
+            (
+                "a.rs",
+                "//! A.\npub struct X;\n// crate::root()\nconst S: &str = \"crate::root\";\n",
+            ),
+            ("b.rs", "//! B.\nuse crate::X;\npub fn g() {}\n"),
+        ]);
+        assert!(loops(&clean).is_empty(), "{:?}", loops(&clean));
+        // mod.rs re-exports: c -> m::f lands in m/d.rs (and m/mod.rs names d),
+        // d -> e, e -> c.
+        let through_mod = modules(&[
+            ("lib.rs", "//! Root.\nmod c;\nmod e;\nmod m;\n"),
+            ("c.rs", "//! C.\nfn k() { crate::m::f() }\n"),
+            (
+                "m/mod.rs",
+                "//! M.\nmod d;\npub(crate) use d::{f, Y as Z};\n",
+            ),
+            ("m/d.rs", "//! D.\npub fn f() { crate::e::q() }\n"),
+            ("e.rs", "//! E.\npub fn q() { super::c::k() }\n"),
+        ]);
+        assert_eq!(
+            loops(&through_mod),
+            vec![vec!["crate::c", "crate::e", "crate::m::d"]]
+        );
+        // Inside an inline module, `super::` is the file's own module.
+        let inline = modules(&[
+            (
+                "lib.rs",
+                "//! Root.\nmod v;\nmod w;\npub fn r() { w::f() }\n",
+            ),
+            (
+                "v.rs",
+                "//! V.\npub trait T {}\nmod x86 { use super::T; pub struct A; impl T for A {} }\npub use x86::A;\n",
+            ),
+            ("w.rs", "//! W.\nuse crate::v::{A, T};\npub fn f() {}\n"),
+        ]);
+        assert!(loops(&inline).is_empty(), "{:?}", loops(&inline));
+        // An exported macro lives in its file, not at the root.
+        let macros = modules(&[
+            ("lib.rs", "//! Root.\nmod p;\nmod q;\npub use q::Q;\n"),
+            (
+                "p.rs",
+                "//! P.\n#[macro_export]\nmacro_rules! say { () => {} }\n",
+            ),
+            ("q.rs", "//! Q.\npub struct Q;\nfn s() { crate::say!() }\n"),
+        ]);
+        assert!(loops(&macros).is_empty(), "{:?}", loops(&macros));
+    }
+
+    /// A loop planted in a real crate through its `lib.rs` re-exports is
+    /// found, and the crate as it is has none.
+    #[test]
+    fn a_loop_planted_in_the_engine_through_lib_is_found() {
+        use crate::imports::loops;
+        let src = crate::project_root().join("crates/dlas-engine/src");
+        let mut engine = BTreeMap::new();
+        for file in rust_files(&src).unwrap() {
+            let rel = file.strip_prefix(&src).unwrap().to_path_buf();
+            engine.insert(module_path(&rel), std::fs::read_to_string(&file).unwrap());
+        }
+        assert!(loops(&engine).is_empty(), "{:?}", loops(&engine));
+        // `aligned` is a leaf that `engine.rs` reaches; naming the engine
+        // through the crate root's `pub use engine::Engine` closes a loop.
+        let aligned = engine.get_mut(&vec!["aligned".to_string()]).unwrap();
+        aligned.push_str("\npub fn planted() -> usize { std::mem::size_of::<crate::Engine>() }\n");
+        let found = loops(&engine);
+        assert!(
+            found
+                .iter()
+                .any(|l| l.contains(&"crate::aligned".to_string())
+                    && l.contains(&"crate::engine".to_string())),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn use_trees_expand_and_text_outside_code_is_blank() {
+        use crate::imports::{blank, expand, segments, without_tests};
+        let leaves: Vec<_> = expand("crate::a::{b, c::{d as e, self}, f::*}");
+        assert_eq!(
+            leaves,
             vec![
-                segments("crate::a::b"),
-                segments("crate::a::c::d"),
-                segments("crate::a::c::e")
+                (segments("crate::a::b"), Some("b".to_string())),
+                (segments("crate::a::c::d"), Some("e".to_string())),
+                (segments("crate::a::c::self"), Some("c".to_string())),
+                (segments("crate::a::f::*"), None),
             ]
         );
-        let m = vec!["x".to_string(), "y".to_string()];
-        assert_eq!(absolute(&m, &segments("super::z")), Some(segments("x::z")));
-        assert_eq!(
-            absolute(&m, &segments("super::super::z")),
-            Some(segments("z"))
+        let text = "let s = \"crate::x {\"; let c = '{'; // crate::y\n/* crate::z */ r#\"{\"#";
+        let blanked = blank(text);
+        assert!(
+            !blanked.contains("crate::") && !blanked.contains('{'),
+            "{blanked}"
         );
+        assert_eq!(blanked.lines().count(), text.lines().count());
+        let code = "mod a;\n#[cfg(test)]\nmod t;\nfn f() {}\n#[cfg(test)]\nmod tests { fn g() { {} } }\nfn h() {}\n";
+        let kept = without_tests(code);
+        assert!(kept.contains("fn f()") && kept.contains("fn h()"), "{kept}");
+        assert!(!kept.contains("mod t;") && !kept.contains("fn g"), "{kept}");
     }
 }

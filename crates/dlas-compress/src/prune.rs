@@ -11,7 +11,8 @@
 //! a whole layer, e.g. MobileNetV2's classifier at 0.5; the report's
 //! per-layer density shows it and `dlas compress` names such layers.
 
-use crate::{check_level, check_weights, layer_weight_mut};
+use crate::checks::layer_weight_mut;
+use crate::{check_level, check_weights};
 use dlas_zoo::Graph;
 use dlas_zoo::weights::Weights;
 use serde::{Deserialize, Serialize};

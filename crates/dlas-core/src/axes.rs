@@ -161,6 +161,12 @@ closed_axis!(
     Layout, "layout", {
         Nchw => "nchw",
         Nhwc => "nhwc",
+        /// Channels in blocks of 16, innermost: a sample is its blocks,
+        /// each a map of pixels of 16 channels (the last block holds the
+        /// remainder), as ONNX Runtime's and oneDNN's NCHWc. An addition
+        /// of this reproduction (issue 42), not a layout the DLAS paper
+        /// tested: the engine runs dense fp32 CNNs in it.
+        Nchw16c => "nchw16c",
     }
 );
 

@@ -6,64 +6,31 @@
 //! networks, and no network timing is ever a record, so every network
 //! measured on the same machine validates the model out of sample.
 
+use crate::axes::Layout;
+use crate::kernel::ConvShape;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::Path;
 
-/// The kernel a layer runs, as far as the device model tells kernels apart:
-/// the study's four algorithms, and the stencil every algorithm uses for
-/// depthwise layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum KernelFamily {
-    Direct,
-    Gemm,
-    SpatialPack,
-    Depthwise,
-    /// Winograd F(4x4, 3x3) or F(2x2, 3x3): 3x3 stride-1 ungrouped dense
-    /// fp32 layers of 8 or more input channels and 16 or more output tiles
-    /// only (see [`winograd_tile`]).
-    Winograd,
-}
+pub use crate::kernel::{
+    Cpu, KernelClass, KernelFamily, Precision, WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES,
+    WinogradTile, winograd_tile,
+};
 
-/// The stored data type of weights and activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    F32,
-    F16,
-    I8,
-}
-
-/// A family of kernels whose efficiency the model describes by one curve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct KernelClass {
-    pub family: KernelFamily,
-    /// Weights stored sparse (CSR): the kernel skips zero weights.
-    pub sparse: bool,
-    pub precision: Precision,
-    /// Run with the best schedule found by a search rather than the default.
+/// What one efficiency curve of the device model describes: a kernel
+/// class ([`crate::kernel::kernel_class`]), run with its default schedule
+/// or with the best one a search found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CurveClass {
+    pub kernel: KernelClass,
     pub tuned: bool,
 }
 
-impl fmt::Display for KernelClass {
+impl fmt::Display for CurveClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let family = match self.family {
-            KernelFamily::Direct => "direct",
-            KernelFamily::Gemm => "gemm",
-            KernelFamily::SpatialPack => "spatial-pack",
-            KernelFamily::Depthwise => "depthwise",
-            KernelFamily::Winograd => "winograd",
-        };
-        let precision = match self.precision {
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-            Precision::I8 => "i8",
-        };
-        let format = if self.sparse { "csr" } else { "dense" };
         let tuned = if self.tuned { "tuned" } else { "untuned" };
-        write!(f, "{family} {format} {precision} {tuned}")
+        write!(f, "{} {tuned}", self.kernel)
     }
 }
 
@@ -93,16 +60,57 @@ pub struct LayerTiming {
     pub runs: usize,
     /// Median time of one run of the layer, microseconds.
     pub median_us: f64,
+    /// The layout the layer ran in; empty in calibrations before issue 42,
+    /// which ran NCHW only (and named the fp16 GEMM's depthwise kernel
+    /// `depthwise`).
+    #[serde(default)]
+    pub layout: Option<Layout>,
+    /// Whether the int8 GEMM ran with VNNI; empty before issue 42, when it
+    /// did wherever the calibrated machine had it.
+    #[serde(default)]
+    pub vnni: Option<bool>,
 }
 
 impl LayerTiming {
-    pub fn class(&self) -> KernelClass {
-        KernelClass {
-            family: self.family,
-            sparse: self.sparse,
-            precision: self.precision,
+    /// The curve this timing belongs to, on a calibrated machine offering
+    /// `cpu` (what a timing of before issue 42 does not record itself).
+    pub fn class(&self, cpu: Cpu) -> CurveClass {
+        let legacy = self.layout.is_none();
+        let family = match (self.family, self.precision) {
+            (KernelFamily::Depthwise, Precision::F16) if legacy => KernelFamily::DepthwiseGemm,
+            (family, _) => family,
+        };
+        let int8_gemm = family == KernelFamily::Gemm && self.precision == Precision::I8;
+        CurveClass {
+            kernel: KernelClass {
+                family,
+                sparse: self.sparse,
+                precision: self.precision,
+                layout: self.layout.unwrap_or(Layout::Nchw),
+                vnni: self.vnni.unwrap_or(int8_gemm && cpu.vnni),
+                tile: (family == KernelFamily::Winograd).then(|| self.tile()),
+            },
             tuned: self.tuned,
         }
+    }
+
+    /// The layer's shape (the grid pads by half the kernel).
+    pub fn shape(&self) -> ConvShape {
+        ConvShape::new(
+            self.in_channels,
+            self.out_channels,
+            self.kernel,
+            self.stride,
+            self.kernel / 2,
+            self.groups,
+            self.in_hw,
+            self.in_hw,
+        )
+    }
+
+    /// The Winograd tile of a Winograd timing's map.
+    fn tile(&self) -> WinogradTile {
+        WinogradTile::for_map([self.out_hw; 2]).unwrap_or(WinogradTile::F4x4)
     }
 
     /// Multiply-accumulates of the dense layer: those the kernel does, so
@@ -110,106 +118,11 @@ impl LayerTiming {
     pub fn macs(&self) -> f64 {
         if self.family == KernelFamily::Winograd {
             let map = [self.out_hw; 2];
-            let tile = WinogradTile::for_map(map).unwrap_or(WinogradTile::F4x4);
-            return tile.macs(self.in_channels, self.out_channels, map);
+            return self.tile().macs(self.in_channels, self.out_channels, map);
         }
         let per_output = (self.in_channels / self.groups) * self.kernel * self.kernel;
         (self.out_channels * self.out_hw * self.out_hw * per_output) as f64
     }
-}
-
-/// The output tile a Winograd layer computes: F(4x4, 3x3) transforms 6x6
-/// input tiles (36 products per tile and channel pair, against the direct
-/// sum's 144), F(2x2, 3x3) 4x4 ones (16 against 36). The larger tile does
-/// fewer multiplications per pixel, the smaller has 4x as many tiles on a
-/// map, so the products' GEMMs have enough columns on small maps, and
-/// transformed weights half the size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WinogradTile {
-    F4x4,
-    F2x2,
-}
-
-impl WinogradTile {
-    /// Output pixels along a tile's side.
-    pub fn side(self) -> usize {
-        match self {
-            WinogradTile::F4x4 => 4,
-            WinogradTile::F2x2 => 2,
-        }
-    }
-
-    /// Point-wise products per tile and channel pair, (side + 2)².
-    pub fn points(self) -> usize {
-        (self.side() + 2).pow(2)
-    }
-
-    /// Output tiles on an `out_hw` map, partial tiles at the edges counting
-    /// whole.
-    pub fn tiles(self, out_hw: [usize; 2]) -> usize {
-        out_hw[0].div_ceil(self.side()) * out_hw[1].div_ceil(self.side())
-    }
-
-    /// The multiplications the layer does: its products, one per point,
-    /// output tile and pair of input and output channels (a 2x2 map is one
-    /// F(4x4) tile, 36 against the direct sum's 36).
-    pub fn macs(self, in_channels: usize, out_channels: usize, out_hw: [usize; 2]) -> f64 {
-        (self.tiles(out_hw) * self.points() * in_channels * out_channels) as f64
-    }
-
-    /// The tile a Winograd configuration computes an `out_hw` map with:
-    /// F(4x4, 3x3) with [`WINOGRAD_MIN_TILES`] tiles or more, else F(2x2,
-    /// 3x3) with as many of its tiles, else none (the GEMM).
-    pub fn for_map(out_hw: [usize; 2]) -> Option<WinogradTile> {
-        [WinogradTile::F4x4, WinogradTile::F2x2]
-            .into_iter()
-            .find(|t| t.tiles(out_hw) >= WINOGRAD_MIN_TILES)
-    }
-}
-
-/// Output tiles below which a Winograd configuration of the engine does
-/// not compute a 3x3 stride-1 layer with a tile size. The products read the
-/// transformed weights (points x out x in values: 4x the layer's for
-/// F(4x4), 16/9 for F(2x2)) once per pass, and a pass's GEMMs have one
-/// column per tile: with the 4 F(4x4) tiles of an 8x8 or 7x7 map, or the
-/// one of a 4x4 map, they do about one FMA per value loaded and the layer
-/// is bound by memory. Measured on the project's Xeon (AVX-512, 2
-/// threads, `bench_engine -- 11 layers` and single layers): F(4x4) took
-/// 1.1-1.9x less time than the untuned GEMM on 32x32, 28x28, 16x16 and
-/// 14x14 maps (64-256 channels), as long on 512 channels at 7x7, and
-/// 1.1-1.5x longer at 8x8 (256 channels) and 1.8-2x longer at 4x4 (512). A
-/// 16x16 or 14x14 map has 16 F(4x4) tiles, an 8x8 or 7x7 map 16 F(2x2)
-/// ones.
-pub const WINOGRAD_MIN_TILES: usize = 16;
-
-/// Input channels below which a Winograd configuration runs a 3x3
-/// stride-1 layer as the GEMM: the products reduce over one value per
-/// input channel, while the transforms cost the same per channel whatever
-/// the products save. A CIFAR-10 stem (3 -> 64 on 32x32) took 90-103 µs
-/// as Winograd and 39 µs as the GEMM inside ResNet-18 (per-step times of
-/// 200 runs, same machine, 5 December 2026), and the network ran 2.6%
-/// faster without it (faster in 4 of 6 alternations). 8 is the fewest the
-/// calibration's Winograd grid draws.
-pub const WINOGRAD_MIN_CHANNELS: usize = 8;
-
-/// The tile a Winograd configuration computes a convolution with, given
-/// its kernel, stride, groups, input channels and output size: a 3x3,
-/// stride-1, one-group layer of at least [`WINOGRAD_MIN_CHANNELS`] input
-/// channels whose map has tiles enough ([`WinogradTile::for_map`]). Every
-/// other layer of such a configuration (`None`) runs the kernel the gemm
-/// would. The engine and the device model both decide with this.
-pub fn winograd_tile(
-    kernel: usize,
-    stride: usize,
-    groups: usize,
-    in_channels: usize,
-    out_hw: [usize; 2],
-) -> Option<WinogradTile> {
-    let computes = kernel == 3 && stride == 1 && groups == 1;
-    if !computes || in_channels < WINOGRAD_MIN_CHANNELS {
-        return None;
-    }
-    WinogradTile::for_map(out_hw)
 }
 
 /// One arithmetic peak: an instruction set's kernel on a number of threads.
@@ -352,6 +265,8 @@ mod tests {
             cold: false,
             runs: 20,
             median_us: 12.5,
+            layout: Some(Layout::Nchw),
+            vnni: Some(false),
         }
     }
 
@@ -369,7 +284,28 @@ mod tests {
         std::fs::write(&path, layer_timings_csv(&rows).unwrap()).unwrap();
         assert_eq!(read_layer_timings(&path).unwrap(), rows);
         assert_eq!(rows[0].macs(), (32 * 64 * 16 * 9) as f64);
-        assert_eq!(rows[0].class().to_string(), "spatial-pack csr f32 untuned");
+        assert_eq!(
+            rows[0].class(Cpu::default()).to_string(),
+            "spatial-pack csr f32 untuned"
+        );
+        // A calibration of before issue 42 (no layout or VNNI columns)
+        // reads as NCHW, its fp16 depthwise timings as the fp16 GEMM's
+        // depthwise kernel, its int8 GEMM as VNNI where the machine had it.
+        let legacy = "family,sparse,precision,tuned,in_channels,out_channels,groups,kernel,stride,in_hw,out_hw,density,threads,cold,runs,median_us\n\
+            depthwise,false,f16,false,32,32,32,3,1,14,14,1.0,2,false,10,5.0\n\
+            gemm,false,i8,false,32,64,1,1,1,14,14,1.0,2,false,10,5.0\n";
+        std::fs::write(&path, legacy).unwrap();
+        let old = read_layer_timings(&path).unwrap();
+        let vnni = Cpu { vnni: true };
+        assert_eq!(
+            old[0].class(vnni).to_string(),
+            "depthwise-gemm dense f16 untuned"
+        );
+        assert_eq!(old[1].class(vnni).to_string(), "gemm-vnni dense i8 untuned");
+        assert_eq!(
+            old[1].class(Cpu::default()).to_string(),
+            "gemm dense i8 untuned"
+        );
 
         let bad = vec![
             timing(),

@@ -38,7 +38,10 @@
 use crate::fit::{levenberg_marquardt, solve};
 use crate::spec::DeviceSpec;
 use anyhow::{Result, bail};
-use dlas_core::calibration::{KernelClass, KernelFamily, LayerTiming, Precision};
+use dlas_core::Layout;
+use dlas_core::calibration::{
+    Cpu, CurveClass, KernelClass, KernelFamily, LayerTiming, Precision, WinogradTile,
+};
 use std::collections::BTreeMap;
 
 /// What a curve needs to know of a layer.
@@ -147,7 +150,11 @@ impl Curve {
 /// The fitted curves of every class the calibration timed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Efficiency {
-    pub curves: BTreeMap<KernelClass, Curve>,
+    pub curves: BTreeMap<CurveClass, Curve>,
+    /// What the calibrated machine's CPU offers the kernel decision (VNNI,
+    /// from its measured int8 peaks): the classes the model asks for are
+    /// those the engine ran there, whose curves these are.
+    pub cpu: Cpu,
     /// The engine's fixed cost per run on the calibrated machine, seconds.
     pub run_seconds: f64,
     /// The calibrated machine's clock (GHz) and DRAM bandwidth (GB/s),
@@ -183,7 +190,10 @@ impl Efficiency {
     pub fn fit(host: &DeviceSpec, layers: &[LayerTiming]) -> Result<Efficiency> {
         let measured = host.measured.as_ref();
         let run_seconds = measured.map_or(0.0, |m| m.run_us * 1e-6);
-        let mut by_class: BTreeMap<KernelClass, Vec<Point>> = BTreeMap::new();
+        let cpu = Cpu {
+            vnni: measured.is_some_and(|m| m.int8.iter().any(|p| p.isa.contains("vnni"))),
+        };
+        let mut by_class: BTreeMap<CurveClass, Vec<Point>> = BTreeMap::new();
         let mut cold_left_out = 0;
         for t in layers {
             if t.cold {
@@ -195,7 +205,7 @@ impl Efficiency {
             let conversion = measured.map_or(0.0, |m| m.conversion_seconds(t.precision)) * values;
             let peak = peak_macs(host, t.precision, parallel_items(t), t.threads);
             let effective = t.macs() * if t.sparse { t.density } else { 1.0 };
-            by_class.entry(t.class()).or_default().push(Point {
+            by_class.entry(t.class(cpu)).or_default().push(Point {
                 x: features(t).vector(),
                 ideal_s: effective / peak,
                 values,
@@ -221,24 +231,31 @@ impl Efficiency {
         // once. A single layer cannot tell the two apart, so this split
         // is an assumption, and the reason the conversion is scaled
         // rather than the per-value cost fitted again.
-        let mut curves: BTreeMap<KernelClass, Curve> = BTreeMap::new();
+        let mut curves: BTreeMap<CurveClass, Curve> = BTreeMap::new();
         for (class, points) in by_class
             .iter()
-            .filter(|(c, _)| c.precision == Precision::F32)
+            .filter(|(c, _)| c.kernel.precision == Precision::F32)
         {
             curves.insert(*class, fit_curve(points, Free::PerValue));
         }
         for (class, points) in by_class
             .iter()
-            .filter(|(c, _)| c.precision != Precision::F32)
+            .filter(|(c, _)| c.kernel.precision != Precision::F32)
         {
-            let f32_class = KernelClass {
+            let f32_kernel = KernelClass {
                 precision: Precision::F32,
-                ..*class
+                vnni: false,
+                ..class.kernel
             };
-            let Some(per_value_s) = curves.get(&f32_class).map(|c| c.per_value_s) else {
+            // The fp16 GEMM's depthwise products have no fp32 timing of
+            // their own: they move what the fp32 stencil moves.
+            let per_value_s = stand_ins(f32_kernel).into_iter().find_map(|kernel| {
+                let f32_class = CurveClass { kernel, ..*class };
+                curves.get(&f32_class).map(|c| c.per_value_s)
+            });
+            let Some(per_value_s) = per_value_s else {
                 bail!(
-                    "the calibration times {class} but not {f32_class}, whose cost per value it takes"
+                    "the calibration times {class} but not {f32_kernel} (or a stand-in for it), whose cost per value it takes"
                 );
             };
             curves.insert(
@@ -248,6 +265,7 @@ impl Efficiency {
         }
         Ok(Efficiency {
             curves,
+            cpu,
             run_seconds,
             clock_ghz: host.clock_ghz,
             memory_gbs: host.memory_gbs,
@@ -255,16 +273,27 @@ impl Efficiency {
         })
     }
 
+    /// The curves a layer of `class` is priced with: `class`'s own, or
+    /// those of the nearest class the calibration times ([`stand_ins`]),
+    /// tuned and untuned (`None` when tuning has no curve of its own).
+    fn curves_of(&self, class: CurveClass) -> Option<(&Curve, Option<&Curve>)> {
+        stand_ins(class.kernel).into_iter().find_map(|kernel| {
+            let untuned = self.curves.get(&CurveClass {
+                kernel,
+                tuned: false,
+            });
+            let own = self.curves.get(&CurveClass { kernel, ..class });
+            own.or(untuned).map(|c| (c, untuned))
+        })
+    }
+
     /// The cost of a layer of `class` on `device`. A class the calibration
-    /// does not time borrows the nearest one it does: tuned fp16, int8 and
-    /// depthwise kernels have no schedule search of their own in the grid
-    /// (int8 has no schedule at all), so they take their untuned curve.
-    pub fn cost(&self, class: KernelClass, layer: &Layer, device: &DeviceSpec) -> Option<Cost> {
-        let untuned = self.curves.get(&KernelClass {
-            tuned: false,
-            ..class
-        });
-        let curve = self.curves.get(&class).or(untuned)?;
+    /// does not time borrows the nearest one it does ([`stand_ins`]); tuned
+    /// fp16, int8 and depthwise kernels have no schedule search of their
+    /// own in the grid (int8 has no schedule at all), so they take their
+    /// untuned curve.
+    pub fn cost(&self, class: CurveClass, layer: &Layer, device: &DeviceSpec) -> Option<Cost> {
+        let (curve, untuned) = self.curves_of(class)?;
         let (clock, memory) = (
             device.clock_ghz / self.clock_ghz,
             device.memory_gbs / self.memory_gbs,
@@ -287,25 +316,51 @@ impl Efficiency {
 
     /// The scale of the measured conversion cost for a network whose
     /// regular layers run `class` (see [`Curve::conversion_scale`]).
-    pub fn conversion_scale(&self, class: KernelClass) -> f64 {
-        let untuned = KernelClass {
-            tuned: false,
-            ..class
-        };
-        self.curves
-            .get(&class)
-            .or(self.curves.get(&untuned))
-            .map_or(1.0, |c| c.conversion_scale)
+    pub fn conversion_scale(&self, class: CurveClass) -> f64 {
+        self.curves_of(class)
+            .map_or(1.0, |(c, _)| c.conversion_scale)
     }
 
-    /// Whether the calibration times `class` itself or borrows a curve.
-    pub fn has(&self, class: KernelClass) -> bool {
-        self.curves.contains_key(&class)
-            || self.curves.contains_key(&KernelClass {
-                tuned: false,
-                ..class
-            })
+    /// Whether the calibration has a curve for `class`, its own or a
+    /// stand-in's.
+    pub fn has(&self, class: CurveClass) -> bool {
+        self.curves_of(class).is_some()
     }
+}
+
+/// `kernel` and the classes that stand in for it, nearest first, where the
+/// calibration has not timed it: the same kernel in NCHW for another
+/// layout (the layout changes how activations are addressed; until a
+/// calibration times the blocked and NHWC kernels, the NCHW curve prices
+/// them; the blocked direct kernel, a register tile of FMAs on operands
+/// read in place, the GEMM's), F(4x4, 3x3)'s curve for F(2x2, 3x3) at its own products (the
+/// grid draws F(4x4) maps only), and the fp32 stencil for the fp16 one
+/// (it computes in fp32, widening f16 weights per channel).
+pub fn stand_ins(kernel: KernelClass) -> Vec<KernelClass> {
+    let mut out = vec![kernel];
+    let mut next = kernel;
+    if next.layout != Layout::Nchw {
+        // The blocked direct kernel is register-tiled FMAs on operands
+        // read in place, as the GEMM is, not the sliding window.
+        if next.layout == Layout::Nchw16c && next.family == KernelFamily::Direct {
+            next.family = KernelFamily::Gemm;
+        }
+        next.layout = Layout::Nchw;
+        out.push(next);
+    }
+    if next.tile == Some(WinogradTile::F2x2) {
+        next.tile = Some(WinogradTile::F4x4);
+        out.push(next);
+    }
+    if next.family == KernelFamily::Depthwise && next.precision == Precision::F16 {
+        next.precision = Precision::F32;
+        out.push(next);
+    }
+    if next.family == KernelFamily::DepthwiseGemm && next.precision == Precision::F32 {
+        next.family = KernelFamily::Depthwise;
+        out.push(next);
+    }
+    out
 }
 
 /// The features of a timed layer.
@@ -459,38 +514,6 @@ fn start_beta(points: &[Point]) -> Vec<f64> {
     solve(a)
 }
 
-/// The class of the engine's kernel for a convolution: depthwise layers
-/// have one class per precision whatever the algorithm (fp32 runs the
-/// stencil, int8 its depthwise kernel), except fp16, which runs the GEMM
-/// path's own depthwise kernel under GEMM (the class timed as depthwise
-/// fp16) and the fp32 stencil with f16 weights widened per channel
-/// otherwise (described by the fp32 stencil's curve); sparse fp32
-/// depthwise layers run direct CSR; every other layer runs the configured
-/// algorithm, in every precision.
-pub fn class_of(
-    algorithm: KernelFamily,
-    depthwise: bool,
-    sparse: bool,
-    precision: Precision,
-    tuned: bool,
-) -> KernelClass {
-    let precision = match (depthwise, sparse, precision, algorithm) {
-        (true, false, Precision::F16, family) if family != KernelFamily::Gemm => Precision::F32,
-        _ => precision,
-    };
-    let family = match (depthwise, sparse, precision) {
-        (true, false, _) => KernelFamily::Depthwise,
-        (true, true, Precision::F32) => KernelFamily::Direct,
-        _ => algorithm,
-    };
-    KernelClass {
-        family,
-        sparse,
-        precision,
-        tuned,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,23 +583,32 @@ mod tests {
     }
 
     #[test]
-    fn depthwise_layers_take_the_kernel_the_engine_runs() {
-        let c = class_of(KernelFamily::Gemm, true, true, Precision::F32, false);
-        assert_eq!(c.family, KernelFamily::Direct);
-        let c = class_of(KernelFamily::SpatialPack, true, false, Precision::F32, true);
-        assert_eq!(c.family, KernelFamily::Depthwise);
-        let c = class_of(KernelFamily::SpatialPack, false, true, Precision::F32, true);
-        assert_eq!(c.family, KernelFamily::SpatialPack);
-        // fp16 depthwise: the GEMM path's kernel under gemm, the stencil otherwise.
-        let c = class_of(KernelFamily::Gemm, true, false, Precision::F16, false);
-        assert_eq!(
-            (c.family, c.precision),
-            (KernelFamily::Depthwise, Precision::F16)
+    fn classes_the_calibration_does_not_time_take_the_nearest_curve() {
+        let kernel = |family, precision, layout, tile| KernelClass {
+            family,
+            sparse: false,
+            precision,
+            layout,
+            vnni: false,
+            tile,
+        };
+        let f2 = kernel(
+            KernelFamily::Winograd,
+            Precision::F32,
+            Layout::Nhwc,
+            Some(WinogradTile::F2x2),
         );
-        let c = class_of(KernelFamily::Direct, true, false, Precision::F16, false);
-        assert_eq!(
-            (c.family, c.precision),
-            (KernelFamily::Depthwise, Precision::F32)
+        let f4 = kernel(
+            KernelFamily::Winograd,
+            Precision::F32,
+            Layout::Nchw,
+            Some(WinogradTile::F4x4),
         );
+        assert_eq!(stand_ins(f2).last(), Some(&f4));
+        let stencil16 = kernel(KernelFamily::Depthwise, Precision::F16, Layout::Nchw, None);
+        let stencil32 = kernel(KernelFamily::Depthwise, Precision::F32, Layout::Nchw, None);
+        assert_eq!(stand_ins(stencil16), vec![stencil16, stencil32]);
+        let gemm = kernel(KernelFamily::Gemm, Precision::F32, Layout::Nchw, None);
+        assert_eq!(stand_ins(gemm), vec![gemm]);
     }
 }

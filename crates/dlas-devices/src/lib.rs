@@ -8,6 +8,7 @@
 //! same [`Device`] trait in later work.
 
 pub mod compiler;
+mod device;
 pub mod efficiency;
 mod fit;
 pub mod mock;
@@ -17,29 +18,10 @@ pub mod spec;
 pub mod workload;
 
 pub use compiler::GraphCompiler;
+pub use device::{Device, Unsupported};
 pub use efficiency::Efficiency;
 pub use mock::MockDevice;
 pub use run::{MockProtocol, is_mocked, predict_measured, run_mocked};
 pub use scaling::load_specs;
 pub use spec::{DeviceKind, DeviceSpec, Origin, load_calibrated, load_calibration};
 pub use workload::{Kernel, KernelKind, Workload};
-
-use dlas_core::Combination;
-
-/// Something that turns a combination into timed runs.
-pub trait Device {
-    fn id(&self) -> &str;
-    /// Timed runs in milliseconds (warm-up already discarded), or why none were made.
-    fn measure(
-        &self,
-        combination: &Combination,
-        workload: &Workload,
-        runs: usize,
-        seed: u64,
-    ) -> Result<Vec<f64>, Unsupported>;
-}
-
-/// A combination this device cannot run, with the reason reported in results.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unsupported(pub String);

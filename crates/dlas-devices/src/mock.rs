@@ -26,12 +26,13 @@
 //! (`dlas validate`).
 
 use crate::compiler::GraphCompiler;
-use crate::efficiency::{Cost, Features, Layer, class_of, peak_macs};
+use crate::efficiency::{Cost, Features, Layer, peak_macs};
 use crate::spec::{DeviceKind, DeviceSpec};
 use crate::workload::{Kernel, KernelKind, Workload};
 use crate::{Device, Unsupported};
-use dlas_core::calibration::{KernelFamily, Precision, WinogradTile, winograd_tile};
-use dlas_core::{Algorithm, Combination, Compression};
+use dlas_core::calibration::{CurveClass, KernelFamily, Precision, WinogradTile};
+use dlas_core::kernel::{Cpu, KernelClass, Lowering, kernel_class};
+use dlas_core::{Algorithm, Combination, Compression, ConvShape};
 use rand_distr::{Distribution, LogNormal};
 
 /// Bumped whenever the model's equations change; recorded in every result row.
@@ -84,17 +85,16 @@ impl MockDevice {
             .map(|k| Ok((k.name.clone(), self.kernel_seconds(c, w, k)?)))
             .collect::<Result<Vec<_>, Unsupported>>()?;
         // The calibrated machine's own engine has a fixed cost per run and
-        // converts the network's input and output once.
+        // converts the network's input and output once, at the cost of the
+        // kernel class its regular (1x1) layers run.
         if let (Some(m), Some(e)) = (&self.spec.measured, &self.spec.efficiency) {
             let values = w.batch as f64 * (w.input_values + w.output_values);
             let precision = precision_of(w.compression);
-            let class = class_of(
-                family_of(c.algorithm),
-                false,
-                c.format.is_sparse(),
-                precision,
-                c.tuned,
-            );
+            let regular = ConvShape::new(1, 1, 1, 1, 0, 1, 1, 1);
+            let class = CurveClass {
+                kernel: class_for(c, &regular, precision, e.cpu)?,
+                tuned: c.tuned,
+            };
             let conversion = m.conversion_seconds(precision) * values * e.conversion_scale(class);
             kernels.push(("run".into(), e.run_seconds + conversion));
         }
@@ -119,7 +119,7 @@ impl MockDevice {
             KernelKind::Memory => return Ok(io_bytes / dram + launch),
         };
         let sparse = c.format.is_sparse();
-        let winograd = winograd_layer(c, w, k);
+        let winograd = self.winograd_layer(c, w, k)?;
         let macs = match winograd {
             Some((conv, tile)) => tile.macs(conv.in_channels, conv.out_channels, k.out_hw) * batch,
             None => k.macs * batch * if sparse { k.density } else { 1.0 },
@@ -183,44 +183,44 @@ impl MockDevice {
             ))
         })?;
         let precision = precision_of(w.compression);
-        let family = match c.algorithm {
-            Algorithm::Winograd if winograd_layer(c, w, k).is_some() => KernelFamily::Winograd,
-            algorithm => family_of(algorithm),
-        };
         let sparse = c.format.is_sparse();
         let batch = w.batch as f64;
         let density = if sparse { k.density } else { 1.0 };
-        let (features, depthwise) = match &k.kind {
-            KernelKind::Conv(conv) => (
-                Features {
-                    out_channels_per_group: (conv.out_channels / conv.groups) as f64,
-                    out_pixels: (k.out_hw[0] * k.out_hw[1]) as f64 * batch,
-                    in_channels_per_group: (conv.in_channels / conv.groups) as f64,
-                    kernel_area: (conv.kernel * conv.kernel) as f64,
-                    density,
-                },
-                conv.is_depthwise(),
-            ),
-            _ => (
-                Features {
-                    out_channels_per_group: k.output_elems,
-                    out_pixels: batch,
-                    in_channels_per_group: k.macs / k.output_elems.max(1.0),
-                    kernel_area: 1.0,
-                    density,
-                },
-                false,
-            ),
+        let shape = shape_of(k).expect("a kernel with MACs");
+        let features = match &k.kind {
+            KernelKind::Conv(conv) => Features {
+                out_channels_per_group: conv.out_channels_per_group() as f64,
+                out_pixels: (k.out_hw[0] * k.out_hw[1]) as f64 * batch,
+                in_channels_per_group: conv.in_channels_per_group() as f64,
+                kernel_area: (conv.kernel * conv.kernel) as f64,
+                density,
+            },
+            _ => Features {
+                out_channels_per_group: k.output_elems,
+                out_pixels: batch,
+                in_channels_per_group: k.macs / k.output_elems.max(1.0),
+                kernel_area: 1.0,
+                density,
+            },
         };
         let (mut class, mut features) = (
-            class_of(family, depthwise, sparse, precision, c.tuned),
+            CurveClass {
+                kernel: class_for(c, &shape, precision, efficiency.cpu)?,
+                tuned: c.tuned,
+            },
             features,
         );
         let calibrated = efficiency.has(class);
-        if let (Some((conv, tile)), false) = (winograd_layer(c, w, k), calibrated) {
-            class.family = KernelFamily::Gemm;
+        if let (Some(tile), false) = (class.kernel.tile, calibrated) {
+            // No Winograd class calibrated: the GEMM's curve at the
+            // products' shape.
+            class.kernel = KernelClass {
+                family: KernelFamily::Gemm,
+                tile: None,
+                ..class.kernel
+            };
             features.out_pixels = tile.tiles(k.out_hw) as f64 * batch;
-            features.in_channels_per_group = conv.in_channels as f64;
+            features.in_channels_per_group = shape.in_channels as f64;
             features.kernel_area = 1.0;
         }
         let layer = Layer {
@@ -240,6 +240,30 @@ impl MockDevice {
             ))
         })?;
         Ok((cost, calibrated))
+    }
+
+    /// The convolution of kernel `k` and its tile if the engine runs it as
+    /// Winograd under `c` (the class's tile; the engine runs every other
+    /// layer of a Winograd configuration as the gemm would).
+    fn winograd_layer<'a>(
+        &self,
+        c: &Combination,
+        w: &Workload,
+        k: &'a Kernel,
+    ) -> Result<Option<(&'a ConvShape, WinogradTile)>, Unsupported> {
+        let KernelKind::Conv(conv) = &k.kind else {
+            return Ok(None);
+        };
+        if c.algorithm != Algorithm::Winograd {
+            return Ok(None);
+        }
+        let cpu = self
+            .spec
+            .efficiency
+            .as_ref()
+            .map_or(Cpu::default(), |e| e.cpu);
+        let class = class_for(c, conv, precision_of(w.compression), cpu)?;
+        Ok(class.tile.map(|tile| (conv, tile)))
     }
 
     /// Bytes an algorithm moves beyond compulsory traffic, and extra kernels
@@ -307,32 +331,45 @@ impl MockDevice {
     }
 }
 
-/// The convolution of kernel `k` and its tile if the engine runs it as
-/// Winograd under `c`: the winograd algorithm, dense fp32 weights, and a
-/// layer [`winograd_tile`] gives a tile (3x3, stride 1, one group, 8 or
-/// more input channels, 16 or more output tiles; the engine runs every
-/// other layer as the gemm would).
-fn winograd_layer<'a>(
+/// The kernel class the engine runs a layer of `shape` with under `c`
+/// (`dlas_core::kernel::kernel_class`, the engine's own decision) on the
+/// calibrated machine, whose CPU is `cpu`; what the model prices.
+pub fn class_for(
     c: &Combination,
-    w: &Workload,
-    k: &'a Kernel,
-) -> Option<(&'a dlas_zoo::Conv, WinogradTile)> {
+    shape: &ConvShape,
+    precision: Precision,
+    cpu: Cpu,
+) -> Result<KernelClass, Unsupported> {
+    let lowering = Lowering {
+        algorithm: c.algorithm,
+        format: c.format,
+        layout: c.layout,
+        precision,
+    };
+    kernel_class(shape, lowering, cpu).map_err(|e| Unsupported(format!("{}: {e}", c.compiler)))
+}
+
+/// The shape the engine runs a kernel with MACs as: a convolution's own,
+/// a linear layer or attention product as a 1x1 convolution on one pixel
+/// (`None` for memory-bound kernels).
+pub fn shape_of(k: &Kernel) -> Option<ConvShape> {
     match &k.kind {
-        KernelKind::Conv(conv)
-            if c.algorithm == Algorithm::Winograd
-                && !c.format.is_sparse()
-                && precision_of(w.compression) == Precision::F32 =>
-        {
-            let tile = winograd_tile(
-                conv.kernel,
-                conv.stride,
-                conv.groups,
-                conv.in_channels,
-                k.out_hw,
-            )?;
-            Some((conv, tile))
+        KernelKind::Conv(conv) => Some(*conv),
+        KernelKind::Linear | KernelKind::MatMul => {
+            let out = (k.output_elems as usize).max(1);
+            let reduction = (k.macs / out as f64).round().max(1.0) as usize;
+            Some(ConvShape::new(reduction, out, 1, 1, 0, 1, 1, 1))
         }
-        _ => None,
+        KernelKind::Memory => None,
+    }
+}
+
+/// The precision the engine computes a compression in.
+pub fn precision_of(compression: Compression) -> Precision {
+    match compression {
+        Compression::Fp16 => Precision::F16,
+        Compression::Int8 => Precision::I8,
+        _ => Precision::F32,
     }
 }
 
@@ -340,22 +377,13 @@ fn winograd_layer<'a>(
 /// value per point, tile and input channel) and the products (per point,
 /// tile and output channel), each written once and read back once.
 fn transform_bytes(
-    (conv, tile): (&dlas_zoo::Conv, WinogradTile),
+    (conv, tile): (&ConvShape, WinogradTile),
     k: &Kernel,
     batch: f64,
     value_bytes: f64,
 ) -> f64 {
     let values = (tile.points() * (conv.in_channels + conv.out_channels)) as f64;
     2.0 * values * tile.tiles(k.out_hw) as f64 * batch * value_bytes
-}
-
-/// The precision the engine computes a compression in.
-fn precision_of(compression: Compression) -> Precision {
-    match compression {
-        Compression::Fp16 => Precision::F16,
-        Compression::Int8 => Precision::I8,
-        _ => Precision::F32,
-    }
 }
 
 /// Throughput of the stored data type relative to fp32.
@@ -431,18 +459,6 @@ impl MockDevice {
         (0..runs)
             .map(|_| total_ms * noise.sample(&mut rng))
             .collect()
-    }
-}
-
-/// The kernel family a native algorithm runs its regular layers with
-/// (Winograd's other layers and its own until a Winograd class is
-/// calibrated: gemm's).
-fn family_of(algorithm: Algorithm) -> KernelFamily {
-    match algorithm {
-        Algorithm::Direct => KernelFamily::Direct,
-        Algorithm::Gemm | Algorithm::Winograd => KernelFamily::Gemm,
-        Algorithm::SpatialPack => KernelFamily::SpatialPack,
-        Algorithm::Auto => unreachable!("refused by predict"),
     }
 }
 

@@ -111,6 +111,8 @@ pub enum Width {
 pub fn width_of(class: KernelClass) -> Width {
     match (class.family, class.sparse, class.precision) {
         (_, _, Precision::I8) => Width::Widest,
+        // The blocked layout's kernels use the widest vectors (V16).
+        _ if class.layout == dlas_core::Layout::Nchw16c => Width::Widest,
         (KernelFamily::Direct, _, _) => Width::Avx2,
         (KernelFamily::SpatialPack, false, _) => Width::Avx2,
         _ => Width::Widest,
@@ -177,7 +179,7 @@ pub fn carry(efficiency: &Efficiency, calibrated: &DeviceSpec, device: &DeviceSp
     let (from, to) = (Rates::of(calibrated), Rates::of(device));
     let mut carried = efficiency.clone();
     for (class, curve) in carried.curves.iter_mut() {
-        let width = width_of(*class);
+        let width = width_of(class.kernel);
         let factor = (to.at(width) / to.widest) / (from.at(width) / from.widest);
         curve.beta[0] += factor.ln();
     }
@@ -269,6 +271,12 @@ mod tests {
             family,
             sparse,
             precision,
+            layout: dlas_core::Layout::Nchw,
+            vnni: false,
+            tile: None,
+        };
+        let curve_of = |kernel| dlas_core::calibration::CurveClass {
+            kernel,
             tuned: false,
         };
         let direct = class(KernelFamily::Direct, false, Precision::F32);
@@ -299,7 +307,8 @@ mod tests {
             median_abs_log: 0.0,
         };
         let efficiency = Efficiency {
-            curves: [(direct, curve.clone()), (gemm, curve)].into(),
+            curves: [(curve_of(direct), curve.clone()), (curve_of(gemm), curve)].into(),
+            cpu: dlas_core::kernel::Cpu::default(),
             run_seconds: 0.0,
             clock_ghz: 1.8,
             memory_gbs: 50.0,
@@ -308,8 +317,8 @@ mod tests {
         let carried = carry(&efficiency, &zen4, &server);
         // Direct reaches half the share of the server's widest peak; GEMM
         // the same share.
-        assert!((carried.curves[&direct].beta[0] - 0.5f64.ln()).abs() < 1e-12);
-        assert_eq!(carried.curves[&gemm].beta[0], 0.0);
+        assert!((carried.curves[&curve_of(direct)].beta[0] - 0.5f64.ln()).abs() < 1e-12);
+        assert_eq!(carried.curves[&curve_of(gemm)].beta[0], 0.0);
         // Fixed costs scale by the core clocks (3.6 GHz against 2.5), not
         // by the calibration's effective 1.8 GHz.
         assert!((server.clock_ghz / carried.clock_ghz - 2.5 / 3.6).abs() < 1e-12);

@@ -20,13 +20,14 @@
 //! layers differently). Without such a measurement, pruning at level p is
 //! taken to keep 1 - p of every layer's weights.
 
-use dlas_core::{Combination, Compression};
-use dlas_zoo::{Conv, Graph, Op};
+use dlas_core::{Combination, Compression, ConvShape};
+use dlas_zoo::{Graph, Op};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum KernelKind {
-    Conv(Conv),
+    /// A convolution, by its shape on its input map.
+    Conv(ConvShape),
     Linear,
     /// A product of two activations (attention's scores and context): MACs
     /// but no weights, so weight sparsity does not apply.
@@ -96,9 +97,10 @@ impl Workload {
             match &node.op {
                 Op::Input | Op::Flatten => {}
                 Op::Conv(c) => {
+                    let [_, h, w] = graph.nodes[node.inputs[0]].shape;
                     kernels.push(Kernel {
                         name: node.name.clone(),
-                        kind: KernelKind::Conv(*c),
+                        kind: KernelKind::Conv(c.shape_on([h, w])),
                         out_hw: [node.shape[1], node.shape[2]],
                         macs: node.macs() as f64,
                         density: density_of(&node.name),

@@ -7,7 +7,7 @@
 //! pruned in the BSR block shape).
 //!
 //! cargo run --release -p dlas-engine --example bench_engine [-- runs [section...]]
-//! sections: layers, networks, mobilenet, dtypes, sparse (default: all)
+//! sections: layers, networks, mobilenet, blocked, dtypes, sparse (default: all)
 
 use dlas_core::Dataset;
 use dlas_engine::{
@@ -275,9 +275,15 @@ fn main() -> anyhow::Result<()> {
                     let wt: Vec<f32> = (0..w.out_channels * w.reduction())
                         .map(|_| rng.random_range(-1.0..1.0))
                         .collect();
+                    let gemm = *layers[3][i].key();
                     let key = LayerKey {
                         kernel: KernelAlgorithm::Winograd,
-                        ..*layers[3][i].key()
+                        class: dlas_core::KernelClass {
+                            family: dlas_core::kernel::KernelFamily::Winograd,
+                            tile: Some(dlas_core::kernel::WinogradTile::F4x4),
+                            ..gemm.class
+                        },
+                        ..gemm
                     };
                     let s = key.default_schedule(THREADS);
                     Conv2d::new(key, s, &wt, None, dlas_engine::Activation::Relu)
@@ -406,6 +412,90 @@ fn main() -> anyhow::Result<()> {
             "sum of layers",
             layers * 1e3
         );
+    }
+
+    if want("blocked") {
+        // Each convolution of MobileNetV2, EfficientNet-B0 and ResNet-50
+        // (ImageNet) in NCHW16c against the same layer in NCHW (gemm),
+        // timed alone, alternated layer by layer; grouped by map size.
+        for name in ["mobilenetv2", "efficientnet_b0", "resnet50"] {
+            let g = (dlas_zoo::find(Dataset::Imagenet, name)?.build)();
+            let weights = generate(&g, 1);
+            let nchw = Engine::compile(
+                &g,
+                &weights,
+                &config(KernelAlgorithm::Gemm, FormatChoice::Dense),
+            )?;
+            let blocked = Engine::compile(
+                &g,
+                &weights,
+                &EngineConfig {
+                    layout: dlas_core::Layout::Nchw16c,
+                    ..config(KernelAlgorithm::Gemm, FormatChoice::Dense)
+                },
+            )?;
+            dlas_core::outln!(
+                "\n{name}: layers timed alone, NCHW gemm against NCHW16c, ms (GFLOP/s)"
+            );
+            let mut by: Vec<(String, f64, f64, f64)> = Vec::new();
+            for (a, b) in nchw.layers().zip(blocked.layers()) {
+                let w = *a.workload();
+                let x: Vec<f32> = (0..w.in_len())
+                    .map(|_| rng.random_range(-1.0..1.0))
+                    .collect();
+                let mut y = vec![0.0; w.out_len()];
+                let (mut ta, mut tb) = (f64::MAX, f64::MAX);
+                for _ in 0..3 {
+                    ta = ta.min(median(runs, || {
+                        a.run_into(&pool, &x, &mut y);
+                        std::hint::black_box(&y);
+                    }));
+                    tb = tb.min(median(runs, || {
+                        b.run_into(&pool, &x, &mut y);
+                        std::hint::black_box(&y);
+                    }));
+                }
+                let kind = match (w.is_depthwise(), w.kernel) {
+                    (true, k) => format!("dw{k}x{k}"),
+                    (false, 1) => "1x1".to_string(),
+                    (false, k) => format!("{k}x{k}"),
+                };
+                let group = format!("{kind:>6} s{} on {:>3}x{:<3}", w.stride, w.in_h, w.in_w);
+                match by.iter_mut().find(|r| r.0 == group) {
+                    Some(r) => (r.1, r.2, r.3) = (r.1 + ta, r.2 + tb, r.3 + w.flops() as f64),
+                    None => by.push((group, ta, tb, w.flops() as f64)),
+                }
+            }
+            let (mut sa, mut sb) = (0.0, 0.0);
+            for (group, ta, tb, flops) in &by {
+                dlas_core::outln!(
+                    "{group}  nchw {:>7.3} ({:>5.1})  nchw16c {:>7.3} ({:>5.1})  {:.2}x",
+                    ta * 1e3,
+                    flops / ta / 1e9,
+                    tb * 1e3,
+                    flops / tb / 1e9,
+                    tb / ta
+                );
+                (sa, sb) = (sa + ta, sb + tb);
+            }
+            let x = input(&g, 1, 1);
+            let (mut wa, mut wb) = (f64::MAX, f64::MAX);
+            for _ in 0..3 {
+                wa = wa.min(median(runs, || {
+                    std::hint::black_box(nchw.run(&x, 1).unwrap());
+                }));
+                wb = wb.min(median(runs, || {
+                    std::hint::black_box(blocked.run(&x, 1).unwrap());
+                }));
+            }
+            dlas_core::outln!(
+                "layers: nchw {:.3} ms, nchw16c {:.3} ms; whole network: nchw {:.3} ms, nchw16c {:.3} ms",
+                sa * 1e3,
+                sb * 1e3,
+                wa * 1e3,
+                wb * 1e3
+            );
+        }
     }
 
     if want("dtypes") {

@@ -34,6 +34,18 @@ pub enum DType {
     I8,
 }
 
+impl DType {
+    /// The study's name for the stored type (`dlas_core::kernel`).
+    pub fn precision(self) -> dlas_core::kernel::Precision {
+        use dlas_core::kernel::Precision;
+        match self {
+            DType::F32 => Precision::F32,
+            DType::F16 => Precision::F16,
+            DType::I8 => Precision::I8,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// Threads of the engine's own pool (never the global rayon pool);
@@ -76,6 +88,10 @@ pub enum ConfigError {
         "layout nhwc is implemented by the gemm and winograd algorithms with dense weights only (got {0})"
     )]
     Nhwc(String),
+    #[error(
+        "layout nchw16c is implemented for dense fp32 layers, ungrouped or depthwise (got {0})"
+    )]
+    Blocked(String),
     #[error("fp16 is implemented for dense weights only (got {0})")]
     F16(String),
     #[error("int8 is implemented for dense weights in NCHW only (got {0})")]

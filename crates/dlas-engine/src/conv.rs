@@ -1,7 +1,8 @@
 //! One convolution layer: the kernel its [`LayerKey`] names, with weights
 //! packed for it and its schedule at load, and its epilogue.
 
-use crate::algorithm::KernelAlgorithm;
+use crate::blocked::depthwise::BlockedDepthwise;
+use crate::blocked::{self, conv::BlockedConv};
 use crate::config::{ConfigError, DType};
 use crate::depthwise::{DepthwiseConv, DepthwiseNhwc};
 use crate::direct::DirectConv;
@@ -10,17 +11,20 @@ use crate::gemm::GemmConv;
 use crate::int8::Int8Conv;
 use crate::inverted::{self, Tiles};
 use crate::isa::Isa;
-use crate::lowering::LayerKey;
+use crate::lowering::{LayerKey, schedule_algorithm};
 use crate::schedule::Schedule;
 use crate::spatial_pack::SpatialPackConv;
 use crate::winograd::{self, WinogradConv};
 use crate::workload::Workload;
+use dlas_core::kernel::{KernelClass, KernelFamily, WinogradTile};
 use dlas_core::{Format, Layout};
 use dlas_zoo::quant::ActivationQuant;
 
 #[derive(Debug, Clone)]
 enum Kernel {
     Int8(Int8Conv),
+    Blocked(BlockedConv),
+    BlockedDepthwise(BlockedDepthwise),
     Depthwise(DepthwiseConv),
     DepthwiseNhwc(DepthwiseNhwc),
     Direct(DirectConv),
@@ -72,39 +76,45 @@ impl Conv2d {
             weights.len()
         );
         schedule.validate(&w)?;
+        anyhow::ensure!(
+            schedule_algorithm(&key.class) == key.kernel,
+            "{w}: the key's {} kernel is not driven by its {} schedules",
+            key.class,
+            key.kernel
+        );
         let nhwc = key.layout == Layout::Nhwc;
         let half = key.dtype == DType::F16;
-        let kernel = match (key.kernel, schedule) {
-            (KernelAlgorithm::Direct, Schedule::Direct(_))
-                if key.runs_depthwise_stencil() && nhwc =>
-            {
+        let blocked = key.layout == Layout::Nchw16c;
+        let kernel = match (key.class.family, schedule) {
+            (KernelFamily::Depthwise, Schedule::Direct(_)) if blocked => {
+                Kernel::BlockedDepthwise(BlockedDepthwise::new(w, weights, Isa::detect()))
+            }
+            (KernelFamily::Direct, Schedule::Direct(_)) if blocked => {
+                Kernel::Blocked(BlockedConv::new(w, weights, Isa::detect()))
+            }
+            (KernelFamily::Depthwise, Schedule::Direct(_)) if nhwc => {
                 Kernel::DepthwiseNhwc(DepthwiseNhwc::new(w, weights, Isa::detect()))
             }
-            (KernelAlgorithm::Direct, Schedule::Direct(s)) if key.runs_depthwise_stencil() => {
+            (KernelFamily::Depthwise, Schedule::Direct(s)) => {
                 Kernel::Depthwise(DepthwiseConv::new(w, s, weights, half, Isa::detect()))
             }
-            (KernelAlgorithm::Direct, Schedule::Direct(s)) => {
+            (KernelFamily::Direct, Schedule::Direct(s)) => {
                 Kernel::Direct(DirectConv::new(w, s, weights, key.blocks, half))
             }
-            (KernelAlgorithm::Gemm, Schedule::Gemm(s)) => Kernel::Gemm(GemmConv::new(
-                w,
-                s,
-                weights,
-                key.blocks,
-                (nhwc, half),
-                Isa::detect(),
-            )),
-            (KernelAlgorithm::SpatialPack, Schedule::SpatialPack(s)) => {
+            (KernelFamily::Gemm | KernelFamily::DepthwiseGemm, Schedule::Gemm(s)) => Kernel::Gemm(
+                GemmConv::new(w, s, weights, key.blocks, (nhwc, half), Isa::detect()),
+            ),
+            (KernelFamily::SpatialPack, Schedule::SpatialPack(s)) => {
                 Kernel::SpatialPack(SpatialPackConv::new(w, s, weights, key.blocks, half))
             }
-            (KernelAlgorithm::Winograd, Schedule::Winograd(s)) => {
-                let (tile, isa) = (winograd::tile_of(&w), Isa::detect());
-                Kernel::Winograd(WinogradConv::new(w, s, tile, weights, nhwc, isa))
+            (KernelFamily::Winograd, Schedule::Winograd(s)) => {
+                let tile = key.class.tile.unwrap_or(winograd::tile_of(&w));
+                Kernel::Winograd(WinogradConv::new(w, s, tile, weights, nhwc, Isa::detect()))
             }
-            (algorithm, s) => {
+            (_, s) => {
                 return Err(ConfigError::ScheduleMismatch {
                     given: s.algorithm(),
-                    algorithm,
+                    algorithm: key.kernel,
                 }
                 .into());
             }
@@ -151,12 +161,12 @@ impl Conv2d {
         );
         let kernel = Int8Conv::new(
             w,
-            key.kernel,
+            &key.class,
             weights,
             scales.weights,
             scales.input,
             scales.output,
-        );
+        )?;
         Ok(Conv2d {
             key,
             epi: epilogue(&w, bias, act),
@@ -170,11 +180,52 @@ impl Conv2d {
     pub fn kernel_name(&self) -> &'static str {
         match &self.kernel {
             Kernel::Int8(k) => k.name(),
-            Kernel::Depthwise(_) | Kernel::DepthwiseNhwc(_) => "depthwise",
+            Kernel::Depthwise(_) | Kernel::DepthwiseNhwc(_) | Kernel::BlockedDepthwise(_) => {
+                "depthwise"
+            }
+            Kernel::Blocked(_) => "direct",
             Kernel::Direct(_) => "direct",
             Kernel::Gemm(_) => "gemm",
             Kernel::SpatialPack(_) => "spatial-pack",
             Kernel::Winograd(_) => "winograd",
+        }
+    }
+
+    /// The class of the kernel that was built, read back from the kernel
+    /// itself rather than from the key, so that a test can check that the
+    /// engine runs what `dlas_core::kernel::kernel_class` decided.
+    pub fn kernel_class(&self) -> KernelClass {
+        let key = &self.key;
+        let class = |family: KernelFamily, tile: Option<WinogradTile>| KernelClass {
+            family,
+            sparse: key.blocks.is_some(),
+            precision: key.dtype.precision(),
+            layout: key.layout,
+            vnni: false,
+            tile,
+        };
+        match &self.kernel {
+            Kernel::Int8(k) => k.class(),
+            Kernel::Depthwise(_) => class(KernelFamily::Depthwise, None),
+            Kernel::DepthwiseNhwc(_) => KernelClass {
+                layout: Layout::Nhwc,
+                ..class(KernelFamily::Depthwise, None)
+            },
+            Kernel::Blocked(_) => KernelClass {
+                layout: Layout::Nchw16c,
+                ..class(KernelFamily::Direct, None)
+            },
+            Kernel::BlockedDepthwise(_) => KernelClass {
+                layout: Layout::Nchw16c,
+                ..class(KernelFamily::Depthwise, None)
+            },
+            Kernel::Direct(_) => class(KernelFamily::Direct, None),
+            Kernel::Gemm(_) if key.workload.is_depthwise() => {
+                class(KernelFamily::DepthwiseGemm, None)
+            }
+            Kernel::Gemm(_) => class(KernelFamily::Gemm, None),
+            Kernel::SpatialPack(_) => class(KernelFamily::SpatialPack, None),
+            Kernel::Winograd(k) => class(KernelFamily::Winograd, Some(k.tile())),
         }
     }
 
@@ -209,6 +260,8 @@ impl Conv2d {
     /// One sample, inside the caller's thread pool.
     pub(crate) fn run_sample(&self, input: &[f32], out: &mut [f32], residual: Option<&[f32]>) {
         match &self.kernel {
+            Kernel::Blocked(k) => k.run(input, out, &self.epi, residual),
+            Kernel::BlockedDepthwise(k) => k.run(input, out, &self.epi, residual),
             Kernel::Depthwise(k) => k.run(input, out, &self.epi, residual),
             Kernel::DepthwiseNhwc(k) => k.run(input, out, &self.epi, residual),
             Kernel::Direct(k) => k.run(input, out, &self.epi, residual),
@@ -234,6 +287,11 @@ impl Conv2d {
             {
                 Some(Tiles::of(&next.key.workload, g.panel_rows(), threads))
             }
+            (Kernel::Blocked(e), Kernel::BlockedDepthwise(d))
+                if blocked::inverted::fuses(e, d) && map_bytes >= inverted::FUSE_FROM_BYTES =>
+            {
+                Some(Tiles::of(&next.key.workload, blocked::BLOCK, threads))
+            }
             _ => None,
         }
     }
@@ -248,11 +306,17 @@ impl Conv2d {
         out: &mut [f32],
         residual: Option<&[f32]>,
     ) {
-        let (Kernel::Gemm(g), Kernel::Depthwise(d)) = (&self.kernel, &next.kernel) else {
-            unreachable!("only the layers `fuses_with` accepts run fused")
-        };
-        let dw = (d, &next.key.workload, &next.epi);
-        inverted::run((g, &self.epi), dw, tiles, input, out, residual);
+        match (&self.kernel, &next.kernel) {
+            (Kernel::Gemm(g), Kernel::Depthwise(d)) => {
+                let dw = (d, &next.key.workload, &next.epi);
+                inverted::run((g, &self.epi), dw, tiles, input, out, residual);
+            }
+            (Kernel::Blocked(e), Kernel::BlockedDepthwise(d)) => {
+                let (expand, dw) = ((e, &self.epi), (d, &next.epi));
+                blocked::inverted::run(expand, dw, tiles, input, out, residual);
+            }
+            _ => unreachable!("only the layers `fuses_with` accepts run fused"),
+        }
     }
 
     /// One int8 sample; `residual` is real-valued.

@@ -316,7 +316,7 @@ impl Engine {
                 x[..input.len()].copy_from_slice(input);
                 (x, input.len())
             }
-            Layout::Nhwc => {
+            Layout::Nhwc | Layout::Nchw16c => {
                 let x = ops::relayout(input, self.shapes[0], Layout::Nchw, layout);
                 let len = x.len();
                 (x, len)
@@ -620,6 +620,57 @@ mod tests {
         assert_eq!(conv.workload().out_channels, 8);
         assert!(direct.fused.iter().all(Option::is_none));
         let (a, b) = (gemm.run(&input, 2).unwrap(), direct.run(&input, 2).unwrap());
+        let err: f32 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
+        let norm: f32 = b.iter().map(|y| y * y).sum();
+        assert!(
+            (err / norm).sqrt() < 1e-5,
+            "relative L2 {}",
+            (err / norm).sqrt()
+        );
+    }
+
+    /// In NCHW16c an expansion to whole 16-channel blocks and a large map
+    /// (32 channels of 224x224, 6.4 MB) runs fused with its depthwise
+    /// layer, one of 24 channels (not whole blocks) does not, and the
+    /// network computes what the NCHW direct engine computes.
+    #[test]
+    fn blocked_expansions_of_whole_blocks_run_fused() {
+        use crate::algorithm::KernelAlgorithm;
+        let mut g = GraphBuilder::new("heads", Dataset::Imagenet);
+        let x = g.input();
+        let e = g.conv_bn(x, 32, 1, 1, 1, Some(Op::Relu6));
+        let big = g.conv_bn(e, 32, 3, 2, 32, Some(Op::Relu6));
+        let e = g.conv_bn(x, 24, 1, 1, 1, Some(Op::Relu6));
+        let ragged = g.conv_bn(e, 24, 3, 2, 24, Some(Op::Relu6));
+        let both = g.concat(&[big, ragged]);
+        let gap = g.global_avg_pool(both);
+        let f = g.flatten(gap);
+        g.linear(f, 10);
+        let graph = g.finish();
+        let weights = dlas_zoo::weights::generate(&graph, 7);
+        let input = dlas_zoo::weights::input(&graph, 7, 2);
+        let engine = |algorithm, layout| {
+            let config = EngineConfig {
+                algorithm,
+                layout,
+                ..EngineConfig::default()
+            };
+            Engine::compile(&graph, &weights, &config).unwrap()
+        };
+        let blocked = engine(KernelAlgorithm::Direct, Layout::Nchw16c);
+        let planar = engine(KernelAlgorithm::Direct, Layout::Nchw);
+        let fused: Vec<usize> = (0..blocked.steps.len())
+            .filter(|&i| blocked.fused[i].is_some())
+            .collect();
+        assert_eq!(fused.len(), 1, "{fused:?}");
+        let Step::Conv { conv, .. } = &blocked.steps[fused[0]].1 else {
+            panic!("a fused step is a convolution")
+        };
+        assert_eq!(conv.workload().out_channels, 32);
+        let (a, b) = (
+            blocked.run(&input, 2).unwrap(),
+            planar.run(&input, 2).unwrap(),
+        );
         let err: f32 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
         let norm: f32 = b.iter().map(|y| y * y).sum();
         assert!(

@@ -115,7 +115,7 @@ pub(crate) fn run(
 }
 
 /// The input rows inside the map that depthwise output rows `rows` read.
-fn band_of(w: &Workload, rows: &Range<usize>) -> Range<usize> {
+pub(crate) fn band_of(w: &Workload, rows: &Range<usize>) -> Range<usize> {
     let first = (rows.start * w.stride).saturating_sub(w.padding);
     let end = ((rows.end - 1) * w.stride + w.kernel).saturating_sub(w.padding);
     first..end.min(w.in_h)

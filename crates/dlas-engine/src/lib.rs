@@ -43,6 +43,7 @@ pub mod algorithm;
 mod aligned;
 mod attention;
 mod awake;
+mod blocked;
 pub mod config;
 pub mod conv;
 mod depthwise;

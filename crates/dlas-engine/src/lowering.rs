@@ -1,19 +1,20 @@
 //! How a layer is lowered to a kernel, decided once: [`LayerKey::of`] turns
 //! a layer and an [`EngineConfig`] into a key naming the weight format,
-//! kernel algorithm, layout and data type, and everything downstream reads
-//! the key. [`Conv2d::new`](crate::Conv2d::new) packs a layer from a key and
-//! a schedule, the engine looks tuned schedules up by it, and the tuner
-//! measures per key, so the three cannot disagree about which problem a
-//! schedule solves.
+//! kernel algorithm, layout, data type and the kernel class that
+//! `dlas_core::kernel::kernel_class` decides (the same function the device
+//! model prices with and the calibration times by), and everything
+//! downstream reads the key. [`Conv2d::new`](crate::Conv2d::new) builds
+//! the key's class with a schedule, the engine looks tuned schedules up by
+//! it, and the tuner measures per key, so none of them can disagree about
+//! which problem a schedule solves or which kernel runs.
 
 use crate::algorithm::KernelAlgorithm;
 use crate::config::{ConfigError, DType, EngineConfig, FormatChoice};
-use crate::depthwise::MAX_TAPS;
 use crate::schedule::Schedule;
 use crate::sparse::{block_fill, density};
 use crate::untuned::default_schedule;
-use crate::winograd;
 use crate::workload::Workload;
+use dlas_core::kernel::{Cpu, KernelClass, KernelFamily, Lowering, Refusal, kernel_class};
 use dlas_core::{Format, Layout};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -26,51 +27,117 @@ pub const BSR_FILL: f64 = 0.6;
 
 /// One layer's lowering: its shape and everything about how it is computed
 /// except the schedule. It is also one layer's tuning problem, and the
-/// tuning records' key (its serialised form must not change).
+/// tuning records' key: its serialised form (shape, kernel, blocks,
+/// layout, dtype) must not change, so `class`, which follows from those
+/// and the CPU, is left out of it and computed again when a key is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "KeyRecord", try_from = "KeyRecord")]
 pub struct LayerKey {
     pub workload: Workload,
-    /// The algorithm whose kernel runs the layer: the configured one, or
-    /// direct for depthwise fp32 NCHW layers and depthwise fp16 ones not
-    /// under gemm, or gemm for the layers winograd does not compute (see
-    /// [`LayerKey::of`]).
+    /// The algorithm whose schedule drives the layer's kernel: direct for
+    /// the depthwise stencils, gemm for the GEMM's products (Winograd's
+    /// layers without a tile, the fp16 GEMM's depthwise layers), else the
+    /// configured algorithm (see [`LayerKey::of`]).
     pub kernel: KernelAlgorithm,
     /// The weight format as BSR block shape of sparse weights (1x1 is
     /// CSR); `None` is dense.
     pub blocks: Option<(usize, usize)>,
     pub layout: Layout,
     pub dtype: DType,
+    /// The kernel that runs the layer, as `dlas_core::kernel::kernel_class`
+    /// decides it for the engine, the device model and the calibration
+    /// alike; [`Conv2d::new`](crate::Conv2d::new) builds this kernel.
+    pub class: KernelClass,
+}
+
+/// A [`LayerKey`] as tuning records store it.
+#[derive(Serialize, Deserialize)]
+struct KeyRecord {
+    workload: Workload,
+    kernel: KernelAlgorithm,
+    blocks: Option<(usize, usize)>,
+    layout: Layout,
+    dtype: DType,
+}
+
+impl From<LayerKey> for KeyRecord {
+    fn from(k: LayerKey) -> KeyRecord {
+        KeyRecord {
+            workload: k.workload,
+            kernel: k.kernel,
+            blocks: k.blocks,
+            layout: k.layout,
+            dtype: k.dtype,
+        }
+    }
+}
+
+impl TryFrom<KeyRecord> for LayerKey {
+    type Error = String;
+
+    /// The key's kernel algorithm configured again gives the same class:
+    /// each resolved algorithm is one the decision maps to itself.
+    fn try_from(r: KeyRecord) -> Result<LayerKey, String> {
+        let class = kernel_class(
+            &r.workload,
+            lowering(r.kernel, r.blocks, r.layout, r.dtype),
+            cpu(),
+        )
+        .map_err(|e| format!("{}: {e}", r.workload))?;
+        Ok(LayerKey {
+            workload: r.workload,
+            kernel: r.kernel,
+            blocks: r.blocks,
+            layout: r.layout,
+            dtype: r.dtype,
+            class,
+        })
+    }
+}
+
+/// What this machine's CPU offers the kernel decision: VNNI for the int8
+/// GEMM where `int8::vnni` can run.
+pub fn cpu() -> Cpu {
+    Cpu {
+        vnni: crate::int8::vnni_available(),
+    }
+}
+
+/// The study's description of a configuration of one layer.
+fn lowering(
+    algorithm: KernelAlgorithm,
+    blocks: Option<(usize, usize)>,
+    layout: Layout,
+    dtype: DType,
+) -> Lowering {
+    Lowering {
+        algorithm: algorithm.study(),
+        format: format_of(blocks),
+        layout,
+        precision: dtype.precision(),
+    }
+}
+
+/// The algorithm whose schedule drives a kernel class (int8 kernels have
+/// no schedule; their keys name the algorithm the same way).
+pub fn schedule_algorithm(class: &KernelClass) -> KernelAlgorithm {
+    match class.family {
+        KernelFamily::Direct | KernelFamily::Depthwise => KernelAlgorithm::Direct,
+        KernelFamily::Gemm | KernelFamily::DepthwiseGemm => KernelAlgorithm::Gemm,
+        KernelFamily::SpatialPack => KernelAlgorithm::SpatialPack,
+        KernelFamily::Winograd => KernelAlgorithm::Winograd,
+    }
 }
 
 impl LayerKey {
     /// The lowering of a layer of shape `w` with (out, in / groups, k, k)
     /// weights `weights` under `config`, or why `config` cannot run it
     /// (the weights matter only to `FormatChoice::Auto`, which measures
-    /// their density).
-    ///
-    /// A depthwise layer (one input and one output channel per group) is a
-    /// stack of 2-D stencils: im2col would build a one-row GEMM per channel
-    /// and spatial pack would fill one lane of each vector, so in fp32
-    /// every algorithm runs it as direct, as TVM and XNNPACK do (in NHWC,
-    /// which gemm and winograd run, the channel-vectorised stencil of at
-    /// most `MAX_TAPS` taps). fp16 does
-    /// the same under direct and spatial pack, while fp16 gemm keeps running
-    /// depthwise layers as its own GEMM (as it did when it was the only
-    /// fp16 kernel), and int8 picks its own depthwise kernel under every
-    /// algorithm (see `Int8Conv`).
-    ///
-    /// Winograd computes 3x3 stride-1 ungrouped layers of 16 or more output
-    /// tiles of 4x4 or 2x2 pixels (below that the layer is bound by reading
-    /// its transformed weights: `dlas_core::calibration::winograd_tile`) with dense fp32
-    /// weights in either layout; every other layer of a Winograd
-    /// configuration runs the kernel it would run under gemm (sparse
-    /// weights the sparse GEMM, int8 the int8 GEMM, fp16 the fp16 GEMM
-    /// (f16 transformed weights lose too much: see `winograd`), depthwise
-    /// fp32 NCHW layers direct like every algorithm's, the rest the dense
-    /// GEMM), as a Winograd library hands such layers to its GEMM.
-    ///
-    /// fp16 and int8 need dense weights, int8 also the NCHW layout; NHWC
-    /// runs under gemm and winograd with dense weights.
+    /// their density). Which kernel runs it is
+    /// `dlas_core::kernel::kernel_class`'s decision (depthwise stencils,
+    /// Winograd's tiles, the int8 kernels, what fp16 and NHWC run), made
+    /// here once with this CPU's features; the key's `kernel` is the
+    /// algorithm whose schedule drives that kernel.
     pub fn of(
         w: Workload,
         weights: &[f32],
@@ -78,46 +145,32 @@ impl LayerKey {
     ) -> Result<LayerKey, ConfigError> {
         let blocks = resolve_format(config.format, &w, weights)?;
         let algorithm = config.algorithm;
-        let nhwc = config.layout == Layout::Nhwc;
         let what = || match blocks {
             Some(_) => "sparse weights".to_string(),
             None => algorithm.to_string(),
         };
-        let winograd = algorithm == KernelAlgorithm::Winograd;
-        let kernel = match config.dtype {
-            DType::I8 => {
-                if blocks.is_some() || nhwc {
-                    let format = if blocks.is_some() { "sparse" } else { "dense" };
-                    let what = format!("{algorithm} {format} {}", config.layout);
-                    return Err(ConfigError::I8(what));
-                }
-                if winograd {
-                    KernelAlgorithm::Gemm
-                } else {
-                    algorithm
-                }
+        let lowering = lowering(algorithm, blocks, config.layout, config.dtype);
+        let class = kernel_class(&w, lowering, cpu()).map_err(|refusal| match refusal {
+            Refusal::I8 => {
+                let format = if blocks.is_some() { "sparse" } else { "dense" };
+                ConfigError::I8(format!("{algorithm} {format} {}", config.layout))
             }
-            _ if nhwc && (!algorithm.has_nhwc() || blocks.is_some()) => {
-                return Err(ConfigError::Nhwc(what()));
-            }
-            DType::F16 if blocks.is_some() => return Err(ConfigError::F16(what())),
-            DType::F16 if algorithm == KernelAlgorithm::Gemm => algorithm,
-            DType::F16 if winograd => KernelAlgorithm::Gemm,
-            DType::F32 | DType::F16 if w.is_depthwise() && !nhwc => KernelAlgorithm::Direct,
-            DType::F32 if w.is_depthwise() && w.kernel * w.kernel <= MAX_TAPS => {
-                KernelAlgorithm::Direct
-            }
-            DType::F32 if winograd && (blocks.is_some() || !winograd::fits(&w)) => {
-                KernelAlgorithm::Gemm
-            }
-            DType::F32 | DType::F16 => algorithm,
-        };
+            Refusal::F16 => ConfigError::F16(what()),
+            Refusal::Layout(Layout::Nchw16c) => ConfigError::Blocked(format!(
+                "{algorithm} {:?} {} with {} groups",
+                config.dtype,
+                format_of(blocks),
+                w.groups
+            )),
+            Refusal::Layout(_) | Refusal::Auto => ConfigError::Nhwc(what()),
+        })?;
         Ok(LayerKey {
             workload: w,
-            kernel,
+            kernel: schedule_algorithm(&class),
             blocks,
             layout: config.layout,
             dtype: config.dtype,
+            class,
         })
     }
 
@@ -139,11 +192,7 @@ impl LayerKey {
 
     /// The study's name for this key's weight format.
     pub fn weight_format(&self) -> Format {
-        match self.blocks {
-            None => Format::Dense,
-            Some((1, 1)) => Format::Csr,
-            Some(_) => Format::Bsr,
-        }
+        format_of(self.blocks)
     }
 
     /// The schedule the layer runs on `threads` threads when nothing gives
@@ -156,17 +205,14 @@ impl LayerKey {
             self.layout == Layout::Nhwc,
         )
     }
+}
 
-    /// Whether a direct layer runs the vectorised depthwise stencil rather
-    /// than the sliding-window kernel: fp32 or fp16, depthwise, dense, and a
-    /// kernel of at most [`MAX_TAPS`] taps. A direct schedule drives both.
-    pub(crate) fn runs_depthwise_stencil(&self) -> bool {
-        let w = &self.workload;
-        self.kernel == KernelAlgorithm::Direct
-            && self.dtype != DType::I8
-            && w.is_depthwise()
-            && self.blocks.is_none()
-            && w.kernel * w.kernel <= MAX_TAPS
+/// The study's weight format of BSR blocks (`None`: dense, 1x1: CSR).
+fn format_of(blocks: Option<(usize, usize)>) -> Format {
+    match blocks {
+        None => Format::Dense,
+        Some((1, 1)) => Format::Csr,
+        Some(_) => Format::Bsr,
     }
 }
 

@@ -41,6 +41,19 @@ impl LayerNorm {
                     .zip(x.par_chunks(c * plane))
                     .for_each(|(y, x)| self.planes(x, y, c, plane));
             }
+            // Through NCHW: the blocked layout runs CNNs, and a layer norm
+            // over channels is a transformer's.
+            Layout::Nchw16c => {
+                let plane = h * w;
+                y.par_chunks_mut(c * plane)
+                    .zip(x.par_chunks(c * plane))
+                    .for_each(|(y, x)| {
+                        let (mut a, mut b) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+                        crate::blocked::reorder(x, &mut a, shape, false);
+                        self.planes(&a, &mut b, c, plane);
+                        crate::blocked::reorder(&b, y, shape, true);
+                    });
+            }
         }
     }
 

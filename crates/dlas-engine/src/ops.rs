@@ -15,6 +15,7 @@ pub(crate) fn at(layout: Layout, [c, h, w]: Shape, ch: usize, y: usize, x: usize
     match layout {
         Layout::Nchw => (ch * h + y) * w + x,
         Layout::Nhwc => (y * w + x) * c + ch,
+        Layout::Nchw16c => crate::blocked::offset([c, h, w], ch, y, x),
     }
 }
 
@@ -24,6 +25,7 @@ fn channel_of(layout: Layout, [c, h, w]: Shape, i: usize) -> usize {
     match layout {
         Layout::Nchw => i / (h * w) % c,
         Layout::Nhwc => i % c,
+        Layout::Nchw16c => crate::blocked::channel_of([c, h, w], i % (c * h * w)),
     }
 }
 
@@ -40,6 +42,9 @@ pub(crate) fn affine(
     shape: Shape,
     layout: Layout,
 ) {
+    if layout == Layout::Nchw16c {
+        return crate::blocked::affine(x, (scale, shift), act, shape);
+    }
     let len: usize = shape.iter().product();
     x.par_chunks_mut(len).for_each(|s| {
         for (i, v) in s.iter_mut().enumerate() {
@@ -90,6 +95,31 @@ pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout) -> Vec<f32
                 let b = &b[p / (h * w) * c..][..c];
                 pixel.iter_mut().zip(b).for_each(|(v, b)| *v *= b);
             }),
+        // Blocks of pixels of (up to) 16 channels: each block times its
+        // channels' values, in parallel over samples and blocks.
+        Layout::Nchw16c => {
+            use crate::blocked::{BLOCK, block_width};
+            let blocks = c.div_ceil(BLOCK);
+            out.par_chunks_mut(len)
+                .zip(b.par_chunks(c))
+                .flat_map(|(sample, b)| {
+                    let mut rest = sample;
+                    (0..blocks)
+                        .map(|blk| {
+                            let width = block_width(c, blk);
+                            let (block, tail) =
+                                std::mem::take(&mut rest).split_at_mut(width * h * w);
+                            rest = tail;
+                            (block, &b[blk * BLOCK..][..width])
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .for_each(|(block, b)| {
+                    for pixel in block.chunks_exact_mut(b.len()) {
+                        pixel.iter_mut().zip(b).for_each(|(v, b)| *v *= b);
+                    }
+                });
+        }
     }
     out
 }
@@ -97,6 +127,9 @@ pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout) -> Vec<f32
 /// Max or average pooling; averages divide by the window's elements
 /// inside the input (see `Op::AvgPool`).
 pub(crate) fn pool(x: &[f32], shape: Shape, p: &Pool, max: bool, layout: Layout) -> Vec<f32> {
+    if layout == Layout::Nchw16c && p.end == 0 {
+        return crate::blocked::pool(x, shape, p, max);
+    }
     let [c, h, w] = shape;
     let (oh, ow) = (p.out(h), p.out(w));
     let out_shape = [c, oh, ow];
@@ -155,6 +188,22 @@ pub(crate) fn global_avg_pool(x: &[f32], shape: Shape, layout: Layout) -> Vec<f3
                 }
                 o.iter_mut().for_each(|v| *v /= (h * w) as f32);
             }),
+        // Each block's pixels summed in order, 16 channels at a time; a
+        // [c, 1, 1] result is the same in every layout.
+        Layout::Nchw16c => out
+            .par_chunks_mut(c)
+            .zip(x.par_chunks(c * h * w))
+            .for_each(|(o, s)| {
+                use crate::blocked::{BLOCK, block_width};
+                for (blk, o) in o.chunks_mut(BLOCK).enumerate() {
+                    let width = block_width(c, blk);
+                    let block = &s[blk * BLOCK * h * w..][..width * h * w];
+                    for pixel in block.chunks_exact(width) {
+                        o.iter_mut().zip(pixel).for_each(|(o, v)| *o += v);
+                    }
+                    o.iter_mut().for_each(|v| *v /= (h * w) as f32);
+                }
+            }),
     }
     out
 }
@@ -182,6 +231,30 @@ pub(crate) fn concat(
                     }
                 }
             }
+            // Whole blocks copy as they are where the parts' channels are
+            // multiples of 16 (DenseNet's); otherwise value by value.
+            Layout::Nchw16c => {
+                let start = out.len();
+                out.resize(start + c * h * w, 0.0);
+                let sample = &mut out[start..];
+                let mut first = 0;
+                for (x, pc) in parts {
+                    let x = &x[n * pc * h * w..][..pc * h * w];
+                    if first % crate::blocked::BLOCK == 0 && pc % crate::blocked::BLOCK == 0 {
+                        sample[first * h * w..][..pc * h * w].copy_from_slice(x);
+                    } else {
+                        for ch in 0..*pc {
+                            for y in 0..h {
+                                for xx in 0..w {
+                                    sample[at(layout, [c, h, w], first + ch, y, xx)] =
+                                        x[at(layout, [*pc, h, w], ch, y, xx)];
+                                }
+                            }
+                        }
+                    }
+                    first += pc;
+                }
+            }
         }
     }
     out
@@ -195,9 +268,17 @@ pub(crate) fn relayout(x: &[f32], shape: Shape, from: Layout, to: Layout) -> Vec
     let [c, h, w] = shape;
     let len = c * h * w;
     let mut out = vec![0.0; x.len()];
+    let planar_blocked = match (from, to) {
+        (Layout::Nchw, Layout::Nchw16c) => Some(true),
+        (Layout::Nchw16c, Layout::Nchw) => Some(false),
+        _ => None,
+    };
     out.par_chunks_mut(len)
         .zip(x.par_chunks(len))
         .for_each(|(o, s)| {
+            if let Some(to_blocked) = planar_blocked {
+                return crate::blocked::reorder(s, o, shape, to_blocked);
+            }
             for ch in 0..c {
                 for y in 0..h {
                     for xx in 0..w {

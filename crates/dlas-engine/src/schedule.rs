@@ -262,7 +262,7 @@ impl Schedule {
                 }
             }
             Schedule::Winograd(s) => {
-                if !crate::winograd::computes(w) {
+                if !w.winograd_computes() {
                     return reject("Winograd runs 3x3 stride-1 ungrouped convolutions only".into());
                 }
                 if !GEMM_TILES.contains(&(s.mr, s.nr)) {

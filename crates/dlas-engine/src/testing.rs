@@ -140,6 +140,32 @@ pub(crate) fn through_nhwc(
     }
 }
 
+/// Runs an NCHW16c kernel `run(input, out, residual)` on NCHW data, as
+/// [`through_nhwc`] runs an NHWC one.
+pub(crate) fn through_blocked(
+    w: &Workload,
+    input: &[f32],
+    out: &mut [f32],
+    residual: Option<&[f32]>,
+    run: impl Fn(&[f32], &mut [f32], Option<&[f32]>),
+) {
+    use crate::blocked::reorder;
+    let (in_shape, out_shape) = (
+        [w.in_channels, w.in_h, w.in_w],
+        [w.out_channels, w.out_h, w.out_w],
+    );
+    let mut x = vec![0.0; input.len()];
+    reorder(input, &mut x, in_shape, true);
+    let r = residual.map(|r| {
+        let mut b = vec![0.0; r.len()];
+        reorder(r, &mut b, out_shape, true);
+        b
+    });
+    let mut y = vec![f32::NAN; out.len()];
+    run(&x, &mut y, r.as_deref());
+    reorder(&y, out, out_shape, false);
+}
+
 /// Runs one sample through `run(input, out, epilogue, residual)` on a
 /// two-thread pool (an input, bias and, if `with_residual`, residual drawn
 /// from `seed`) and returns its L2 error against the f64 reference of

@@ -30,6 +30,16 @@ pub(crate) fn class_token(x: &[f32], y: &mut [f32], shape: Shape, token: &[f32],
                 y[..d].copy_from_slice(token);
                 y[d..].copy_from_slice(x);
             }
+            Layout::Nchw16c => {
+                let out_shape = [d, tokens, 1];
+                for (ch, &t) in token.iter().enumerate() {
+                    y[at(layout, out_shape, ch, 0, 0)] = t;
+                    for p in 0..plane {
+                        y[at(layout, out_shape, ch, p + 1, 0)] =
+                            x[at(layout, shape, ch, p / w, p % w)];
+                    }
+                }
+            }
         });
 }
 
@@ -52,7 +62,7 @@ pub(crate) fn position_embedding(
                 .zip(x)
                 .zip(embedding)
                 .for_each(|((y, x), e)| *y = x + e),
-            Layout::Nhwc => {
+            Layout::Nhwc | Layout::Nchw16c => {
                 for ch in 0..c {
                     for (p, e) in embedding[ch * h * w..][..h * w].iter().enumerate() {
                         let i = at(layout, shape, ch, p / w, p % w);

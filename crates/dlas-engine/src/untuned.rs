@@ -326,7 +326,7 @@ mod tests {
                 let s = Schedule::Gemm(default_gemm(&w, threads, nhwc));
                 s.validate(&w).unwrap();
             }
-            if crate::winograd::fits(&w) {
+            if dlas_core::calibration::winograd_tile(k, s, 1, cin, [w.out_h, w.out_w]).is_some() {
                 Schedule::Winograd(default_winograd(&w, 2))
                     .validate(&w)
                     .unwrap();

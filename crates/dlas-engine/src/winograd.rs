@@ -76,17 +76,11 @@ mod transforms;
 #[cfg(target_arch = "x86_64")]
 use avx512::{input_group_avx512, output_group_avx512};
 
-/// Whether the kernel can compute `w`: a 3x3 stride-1 convolution with
-/// one group.
-pub(crate) fn computes(w: &Workload) -> bool {
-    w.kernel == 3 && w.stride == 1 && w.groups == 1
-}
-
-/// Whether a Winograd configuration runs `w` as Winograd: a layer the
-/// kernel computes (grouped and depthwise layers have too few channels
-/// per group for the products to be GEMMs worth running) with enough
-/// output tiles (see [`winograd_tile`]).
-pub(crate) fn fits(w: &Workload) -> bool {
+/// The tile `w` runs with as Winograd: the rule's ([`winograd_tile`], as
+/// `dlas_core::kernel::kernel_class` applies it), or F(4x4, 3x3) for a
+/// layer the rule leaves to the GEMM, which runs as Winograd only when
+/// built so directly (tests, the tuner's measurements).
+pub(crate) fn tile_of(w: &Workload) -> WinogradTile {
     winograd_tile(
         w.kernel,
         w.stride,
@@ -94,17 +88,7 @@ pub(crate) fn fits(w: &Workload) -> bool {
         w.in_channels,
         [w.out_h, w.out_w],
     )
-    .is_some()
-}
-
-/// The tile `w` runs with as Winograd: the rule's ([`winograd_tile`]), or
-/// F(4x4, 3x3) for a layer the rule leaves to the GEMM, which runs as
-/// Winograd only when built so directly (tests, the tuner's
-/// measurements).
-pub(crate) fn tile_of(w: &Workload) -> WinogradTile {
-    WinogradTile::for_map([w.out_h, w.out_w])
-        .filter(|_| fits(w))
-        .unwrap_or(WinogradTile::F4x4)
+    .unwrap_or(WinogradTile::F4x4)
 }
 
 /// U[ξ] = G g Gᵀ of each of the `pairs` (output, input) channel pairs of
@@ -150,7 +134,7 @@ impl WinogradConv {
         nhwc: bool,
         isa: Isa,
     ) -> WinogradConv {
-        debug_assert!(computes(&w), "{w}: not a Winograd layer");
+        debug_assert!(w.winograd_computes(), "{w}: not a Winograd layer");
         let (k, c) = (w.out_channels, w.in_channels);
         let u = match tile {
             WinogradTile::F4x4 => transformed::<4, 6, F4>(weights, k * c),
@@ -238,6 +222,11 @@ impl WinogradConv {
     }
 
     /// One sample: `input` and `out` in the layout the layer was built for.
+    /// The output tile the kernel was built for.
+    pub fn tile(&self) -> WinogradTile {
+        self.tile
+    }
+
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
         let (c, k) = (self.w.in_channels, self.w.out_channels);
         let (th, tw) = self.tiles();

@@ -141,6 +141,63 @@ fn to_nhwc(x: &[f32], [c, h, w]: [usize; 3]) -> Vec<f32> {
     out
 }
 
+/// NCHW to NCHW16c: blocks of 16 channels (the last holding the rest),
+/// each a map of pixels of its channels.
+fn to_blocked(x: &[f32], [c, h, w]: [usize; 3]) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for (n, s) in x.chunks(c * h * w).enumerate() {
+        for ch in 0..c {
+            let width = (c - ch / 16 * 16).min(16);
+            for p in 0..h * w {
+                out[n * c * h * w + ch / 16 * 16 * h * w + p * width + ch % 16] = s[ch * h * w + p];
+            }
+        }
+    }
+    out
+}
+
+fn from_blocked(x: &[f32], [c, h, w]: [usize; 3]) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for (n, s) in x.chunks(c * h * w).enumerate() {
+        for ch in 0..c {
+            let width = (c - ch / 16 * 16).min(16);
+            for p in 0..h * w {
+                out[n * c * h * w + ch * h * w + p] = s[ch / 16 * 16 * h * w + p * width + ch % 16];
+            }
+        }
+    }
+    out
+}
+
+/// Layers for the blocked layout: ungrouped ones of 1 to 40 input and
+/// output channels (full and partial blocks of 16) and depthwise ones of
+/// up to 40, kernels 1 to 7, strides 1 and 2, maps of the kernel's size
+/// to 20 with and without padding, so that tiles, borders and remainders
+/// all occur.
+fn blocked_case() -> impl Strategy<Value = Case> {
+    (
+        (1usize..=40, 1usize..=40, any::<bool>()),
+        (
+            prop_oneof![Just(1usize), Just(3), Just(5), Just(7)],
+            1usize..=2,
+        ),
+        (1usize..=20, 1usize..=20, 1usize..=2),
+        any::<u64>(),
+    )
+        .prop_map(|((ic, oc, dw), (k, stride), (h, w, batch), seed)| {
+            let padding = if seed % 3 == 0 { 0 } else { k / 2 };
+            // The reference wants maps at least as wide as the kernel.
+            let (h, w) = (h.max(k), w.max(k));
+            let (cin, cout, g) = if dw { (ic, ic, ic) } else { (ic, oc, 1) };
+            Case {
+                w: Workload::new(cin, cout, k, stride, padding, g, h, w),
+                batch,
+                sparsity: 0.0,
+                seed,
+            }
+        })
+}
+
 fn from_nhwc(x: &[f32], [c, h, w]: [usize; 3]) -> Vec<f32> {
     let mut out = vec![0.0; x.len()];
     for (n, s) in x.chunks(c * h * w).enumerate() {
@@ -190,14 +247,20 @@ fn error(case: &Case, config: &EngineConfig) -> f64 {
         &d.weight,
         Some(&d.bias),
     );
-    let got = if config.layout == Layout::Nhwc {
-        let x = to_nhwc(&d.input, [w.in_channels, w.in_h, w.in_w]);
-        from_nhwc(
-            &conv.run(pool(), &x, case.batch),
-            [w.out_channels, w.out_h, w.out_w],
-        )
-    } else {
-        conv.run(pool(), &d.input, case.batch)
+    let (in_shape, out_shape) = (
+        [w.in_channels, w.in_h, w.in_w],
+        [w.out_channels, w.out_h, w.out_w],
+    );
+    let got = match config.layout {
+        Layout::Nhwc => from_nhwc(
+            &conv.run(pool(), &to_nhwc(&d.input, in_shape), case.batch),
+            out_shape,
+        ),
+        Layout::Nchw16c => from_blocked(
+            &conv.run(pool(), &to_blocked(&d.input, in_shape), case.batch),
+            out_shape,
+        ),
+        Layout::Nchw => conv.run(pool(), &d.input, case.batch),
     };
     rel_l2(&got, &want)
 }
@@ -440,6 +503,21 @@ proptest! {
         for f in FORMATS {
             let e = error(&c, &config(KernelAlgorithm::SpatialPack, f, Layout::Nchw));
             prop_assert!(e < F32_TOLERANCE, "{f:?} {} error {e}", c.w);
+        }
+    }
+
+    /// The blocked layout (NCHW16c) under every algorithm: the blocked
+    /// direct kernel on ungrouped layers, the blocked stencil on depthwise
+    /// ones, full and partial blocks, every kernel size, stride and border.
+    #[test]
+    fn blocked_matches_reference(c in blocked_case()) {
+        for algorithm in KernelAlgorithm::ALL {
+            let cfg = config(algorithm, FormatChoice::Dense, Layout::Nchw16c);
+            let e = error(&c, &cfg);
+            prop_assert!(e < F32_TOLERANCE, "{algorithm} {} error {e}", c.w);
+            let d = data(&c, false);
+            let want = if c.w.is_depthwise() { "depthwise" } else { "direct" };
+            prop_assert_eq!(layer(&c.w, &d.weight, &d.bias, &cfg).kernel_name(), want);
         }
     }
 

@@ -188,13 +188,13 @@ pub fn model_note(inputs: &Inputs, devices: &[String]) -> String {
 /// validation table), in words: what a prediction of this machine's own
 /// rows carries.
 pub fn model_error(inputs: &Inputs) -> String {
-    let errors = inputs
-        .validation
-        .and_then(|v| crate::validation::Errors::of(&v.rows.iter().collect::<Vec<_>>()));
+    let errors = inputs.validation.and_then(|v| {
+        crate::validation::Errors::of(&v.rows.iter().collect::<Vec<_>>()).map(|e| (e, v.table))
+    });
     match errors {
-        Some(e) => format!(
+        Some((e, table)) => format!(
             "its error on the calibrated machine itself (Table {}, {} native rows): typical factor {:.2} (median |ln ratio| {:.2}), {:.0}% of ordered pairs right",
-            crate::catalogue_of(inputs.study).validation_table,
+            table,
             e.n,
             e.median_abs_log.exp(),
             e.median_abs_log,

@@ -273,6 +273,11 @@ pub struct Validation {
     pub rows: Vec<Validated>,
     /// The measured files, the model version and the calibration, for footers.
     pub footer: String,
+    /// The number of the study's table that shows the rows (its
+    /// catalogue's `validation_table`), which footers elsewhere cite; the
+    /// caller that picked the catalogue passes it, so the report's leaves
+    /// never look the catalogue up.
+    pub table: usize,
 }
 
 /// The error table of a validation, or an empty table that says why

@@ -34,6 +34,22 @@ pub struct Conv {
 }
 
 impl Conv {
+    /// The convolution's shape on an `in_hw` input map (core's one
+    /// conv-shape type, which the engine, the device model and the
+    /// calibration share).
+    pub fn shape_on(&self, in_hw: [usize; 2]) -> dlas_core::ConvShape {
+        dlas_core::ConvShape::new(
+            self.in_channels,
+            self.out_channels,
+            self.kernel,
+            self.stride,
+            self.padding,
+            self.groups,
+            in_hw[0],
+            in_hw[1],
+        )
+    }
+
     pub fn is_depthwise(&self) -> bool {
         self.groups > 1 && self.groups == self.in_channels && self.groups == self.out_channels
     }

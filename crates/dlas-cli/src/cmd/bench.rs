@@ -294,6 +294,27 @@ fn engine(
                 dlas_runner::native::load(&path, &c, threads, None)?,
             );
         }
+        // The blocked layout (issue 42), whose kernels are the same under
+        // every algorithm (`dlas_core::kernel::kernel_class`): one
+        // configuration. Networks with operators it does not run are
+        // left out of it.
+        let blocked = Combination {
+            layout: dlas_core::Layout::Nchw16c,
+            ..combination(dlas_core::NATIVE, Algorithm::Gemm, Compression::Dense)
+        };
+        let native = dense.len()
+            + usize::from(
+                match dlas_runner::native::load(&path, &blocked, threads, None) {
+                    Ok(session) => {
+                        add("native nchw16c".into(), session);
+                        true
+                    }
+                    Err(e) => {
+                        dlas_core::errln!("{dataset}/{model}: no nchw16c configuration: {e:#}");
+                        false
+                    }
+                },
+            );
         if int8 {
             // int8: ONNX Runtime on the QDQ file, the engine with the same
             // quantisation parameters (its ratios are still against fp32 ORT).
@@ -364,8 +385,9 @@ fn engine(
             );
         }
         if let Some(target) = target {
-            // The best dense fp32 algorithm: the lowest median.
-            let (at, name, best) = (3..3 + dense.len())
+            // The best dense fp32 configuration (after the three
+            // references): the lowest median.
+            let (at, name, best) = (3..3 + native)
                 .map(|i| (i, &names[i], &summaries[i]))
                 .min_by(|a, b| a.2.median.total_cmp(&b.2.median))
                 .expect("four algorithms");

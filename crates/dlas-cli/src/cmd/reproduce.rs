@@ -122,7 +122,8 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         (Sweeps::default(), None)
     };
     let accuracy = facts::recorded_accuracy(&published);
-    let validation = super::validate::validation_of(project, &study.name)?;
+    let validation =
+        super::validate::validation_of(project, &study.name, catalogue.validation_table)?;
     // The cross-machine test is computed for everything of a committed
     // study (and written, so `--check` compares it); a single figure or
     // table, and a user's study, read the committed predictions.

@@ -169,7 +169,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
 /// study's validation rows (the model and the calibrated machine are the
 /// same for all studies) measured on the calibrated machine, predicted by
 /// the model; `None` when no row was measured there.
-pub fn validation_of(project: &Project, study: &str) -> Result<Option<Validation>> {
+pub fn validation_of(project: &Project, study: &str, table: usize) -> Result<Option<Validation>> {
     let results = project.root.join("data/results");
     let mut files = vec![results.join(study).join("host.csv")];
     let mut studies: Vec<PathBuf> = std::fs::read_dir(&results)
@@ -208,6 +208,7 @@ pub fn validation_of(project: &Project, study: &str) -> Result<Option<Validation
     Ok(Some(Validation {
         footer: footer(&files, validated.len(), &host),
         rows: validated,
+        table,
     }))
 }
 

@@ -2,7 +2,9 @@
 //! symmetric scales, int8 activations with a per-tensor scale and zero
 //! point, exact i32 accumulation, and a per-channel requantisation epilogue.
 //!
-//! Kernels, chosen from the layer's algorithm, shape and the CPU: depthwise
+//! Kernels, as `dlas_core::kernel::kernel_class` chooses them from the
+//! layer's algorithm, shape and the CPU (the key's class; nothing is
+//! decided here): depthwise
 //! layers (one input and one output channel per group) run a sliding-window
 //! stencil per channel ([`depthwise`]) under every algorithm; under gemm,
 //! every other layer runs im2col and an integer GEMM, with AVX-512 VNNI's
@@ -24,11 +26,18 @@ mod spatial_pack;
 mod vnni;
 mod window;
 
-use crate::algorithm::KernelAlgorithm;
+/// Whether this CPU runs the VNNI int8 GEMM (the `vnni` of
+/// `dlas_core::kernel::Cpu`).
+pub(crate) fn vnni_available() -> bool {
+    vnni::available()
+}
+
 use crate::epilogue::{Activation, Epilogue};
 #[cfg(target_arch = "x86_64")]
 use crate::isa::has_avx2_fma;
 use crate::workload::Workload;
+use dlas_core::Layout;
+use dlas_core::kernel::{KernelClass, KernelFamily, Precision};
 use dlas_zoo::quant::ActivationQuant;
 
 #[derive(Debug, Clone)]
@@ -76,25 +85,51 @@ fn quantize_weight(v: f32, scale: f32) -> i8 {
 
 impl Int8Conv {
     /// Quantises `weights` with `scales` (one per output channel), for the
-    /// kernel of `algorithm` that suits the layer and the CPU.
+    /// kernel of `class`, which `dlas_core::kernel::kernel_class` chose for
+    /// the layer and this CPU (see `LayerKey::of`): nothing is decided here.
     pub fn new(
         w: Workload,
-        algorithm: KernelAlgorithm,
+        class: &KernelClass,
         weights: &[f32],
         scales: &[f32],
         input: ActivationQuant,
         output: ActivationQuant,
-    ) -> Int8Conv {
-        let choice = match algorithm {
-            _ if w.is_depthwise() => Choice::Depthwise,
-            // `LayerKey::of` lowers a Winograd configuration's int8 layers
-            // to gemm; a key built by hand gets the same.
-            KernelAlgorithm::Gemm | KernelAlgorithm::Winograd if vnni::available() => Choice::Vnni,
-            KernelAlgorithm::Gemm | KernelAlgorithm::Winograd => Choice::Gemm,
-            KernelAlgorithm::Direct => Choice::Direct,
-            KernelAlgorithm::SpatialPack => Choice::SpatialPack,
+    ) -> anyhow::Result<Int8Conv> {
+        let choice = match class.family {
+            KernelFamily::Depthwise => Choice::Depthwise,
+            KernelFamily::Gemm if class.vnni => {
+                anyhow::ensure!(vnni::available(), "{w}: VNNI is not available on this CPU");
+                Choice::Vnni
+            }
+            KernelFamily::Gemm => Choice::Gemm,
+            KernelFamily::Direct => Choice::Direct,
+            KernelFamily::SpatialPack => Choice::SpatialPack,
+            family @ (KernelFamily::Winograd | KernelFamily::DepthwiseGemm) => {
+                anyhow::bail!("{w}: int8 has no {family:?} kernel")
+            }
         };
-        Int8Conv::with_kernel(w, weights, scales, input, output, choice)
+        Ok(Int8Conv::with_kernel(
+            w, weights, scales, input, output, choice,
+        ))
+    }
+
+    /// The class of the kernel built: what runs, read back from the kernel
+    /// itself (the test of the shared decision compares it with the key's).
+    pub fn class(&self) -> KernelClass {
+        let family = match self.kernel {
+            Kernel::Gemm(_) | Kernel::Vnni(_) => KernelFamily::Gemm,
+            Kernel::Depthwise(_) => KernelFamily::Depthwise,
+            Kernel::Direct(_) => KernelFamily::Direct,
+            Kernel::SpatialPack(_) => KernelFamily::SpatialPack,
+        };
+        KernelClass {
+            family,
+            sparse: false,
+            precision: Precision::I8,
+            layout: Layout::Nchw,
+            vnni: matches!(self.kernel, Kernel::Vnni(_)),
+            tile: None,
+        }
     }
 
     fn with_kernel(

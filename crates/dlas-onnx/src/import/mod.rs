@@ -15,10 +15,10 @@
 //! as whole subgraphs ([`transformer`], [`attention`]) and become the IR
 //! operator they were exported from.
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use dlas_core::Dataset;
-use dlas_zoo::weights::{Params, Weights};
-use dlas_zoo::{Graph, GraphBuilder, NodeId, Shape};
+use dlas_zoo::weights::Weights;
+use dlas_zoo::{Graph, GraphBuilder, Shape};
 use fold::Tensor;
 use prost::Message;
 use std::collections::HashMap;
@@ -27,80 +27,15 @@ use tract_onnx::pb::{self, tensor_shape_proto::dimension, type_proto};
 mod attention;
 mod fold;
 mod layers;
+mod state;
 mod subgraph;
 #[cfg(test)]
 mod tests;
 mod transformer;
 mod window;
 
-/// The operators the importer understands (folded or removed ones included).
-pub const SUPPORTED: &[&str] = &[
-    "Conv",
-    "BatchNormalization",
-    "Relu",
-    "Clip",
-    "Sigmoid",
-    "HardSigmoid",
-    "HardSwish",
-    "Add",
-    "Sum",
-    "Mul",
-    "MaxPool",
-    "AveragePool",
-    "GlobalAveragePool",
-    "Concat",
-    "Flatten",
-    "Reshape",
-    "Transpose",
-    "Squeeze",
-    "Unsqueeze",
-    "Gemm",
-    "Softmax",
-    "LRN",
-    "Pad",
-    "Dropout",
-    "Identity",
-    "Constant",
-    "ConstantOfShape",
-    "Shape",
-    "Gather",
-    "Cast",
-    "Sub",
-    "Div",
-    "ReduceMean",
-    "Pow",
-    "Sqrt",
-    "Erf",
-    "MatMul",
-    "Slice",
-    "LayerNormalization",
-    "Gelu",
-];
-
-/// The largest size (channels, kernel, stride, padding) an imported model
-/// may have: far above any network's, far below what would overflow a shape.
-const MAX_SIZE: usize = 1 << 20;
-
-/// What an ONNX tensor name stands for while importing.
-#[derive(Debug, Clone)]
-enum Value {
-    /// A node's output; `rank` is the ONNX rank: 4 for `[N, c, h, w]`, 2
-    /// for `[N, f]` (an IR `[f, 1, 1]`).
-    Node { id: NodeId, rank: usize },
-    /// An initializer, a Constant or a folded computation.
-    Const(Tensor),
-    /// A zero Pad of a node by (top, left, bottom, right), held back so
-    /// that a convolution reading it pads instead (any other reader gets
-    /// an IR Pad node).
-    Padded { id: NodeId, pads: [usize; 4] },
-    /// A node viewed as `[N, groups, c / groups, h, w]`, the first step of
-    /// a channel shuffle; `swapped` after its Transpose of the two group axes.
-    Grouped {
-        id: NodeId,
-        groups: usize,
-        swapped: bool,
-    },
-}
+pub use state::SUPPORTED;
+use state::{Attrs, Importer, MAX_SIZE, Value, constant_node};
 
 /// Reads an ONNX file into a graph and its weights.
 pub fn import(bytes: &[u8], name: &str, dataset: Dataset) -> Result<(Graph, Weights)> {
@@ -200,87 +135,7 @@ fn input_shape(input: &pb::ValueInfoProto) -> Option<Shape> {
     (shape.iter().product::<usize>() <= MAX_SIZE * 16).then_some(shape)
 }
 
-/// The value of a Constant node.
-fn constant_node(a: &Attrs) -> Result<Tensor> {
-    Ok(if let Some(t) = a.get("value").and_then(|v| v.t.as_ref()) {
-        Tensor::from_proto(t)?
-    } else if let Some(v) = a.get("value_ints") {
-        Tensor::ints(vec![v.ints.len()], v.ints.clone())
-    } else if let Some(v) = a.int("value_int") {
-        Tensor::ints(vec![], vec![v])
-    } else if let Some(v) = a.float("value_float") {
-        Tensor {
-            dims: vec![],
-            data: fold::Data::Float(vec![v]),
-        }
-    } else {
-        bail!("Constant without a supported value attribute");
-    })
-}
-
-/// Attributes of one node.
-struct Attrs<'a>(&'a pb::NodeProto);
-
-impl Attrs<'_> {
-    fn get(&self, name: &str) -> Option<&pb::AttributeProto> {
-        self.0.attribute.iter().find(|a| a.name == name)
-    }
-    fn int(&self, name: &str) -> Option<i64> {
-        self.get(name).map(|a| a.i)
-    }
-    fn ints(&self, name: &str) -> Option<Vec<i64>> {
-        self.get(name).map(|a| a.ints.clone())
-    }
-    fn float(&self, name: &str) -> Option<f32> {
-        self.get(name).map(|a| a.f)
-    }
-    fn string(&self, name: &str) -> Option<String> {
-        self.get(name)
-            .map(|a| String::from_utf8_lossy(&a.s).into_owned())
-    }
-}
-
-struct Importer {
-    builder: GraphBuilder,
-    values: HashMap<String, Value>,
-    params: Vec<(NodeId, Params)>,
-    opset: i64,
-}
-
 impl Importer {
-    /// The value named `name`.
-    fn value(&self, name: &str) -> Result<&Value> {
-        self.values
-            .get(name)
-            .with_context(|| format!("input `{name}` is not computed before it"))
-    }
-
-    /// The node computing tensor `name` and its ONNX rank; a held-back Pad
-    /// becomes an IR Pad node here.
-    fn tensor(&mut self, name: &str) -> Result<(NodeId, usize)> {
-        match self.value(name)?.clone() {
-            Value::Node { id, rank } => Ok((id, rank)),
-            Value::Padded { id, pads } => {
-                let id = self.builder.pad(id, pads);
-                self.values
-                    .insert(name.to_string(), Value::Node { id, rank: 4 });
-                Ok((id, 4))
-            }
-            Value::Const(_) => bail!("`{name}` is a constant where a computed tensor is expected"),
-            Value::Grouped { .. } => {
-                bail!("`{name}` is a 5-D view that only a channel shuffle may use")
-            }
-        }
-    }
-
-    /// Constant `name`.
-    fn constant(&self, name: &str) -> Result<&Tensor> {
-        match self.value(name)? {
-            Value::Const(t) => Ok(t),
-            _ => bail!("`{name}` must be a constant (an initializer or a folded shape)"),
-        }
-    }
-
     /// Imports one node, with its name and operator in any error.
     fn node(&mut self, node: &pb::NodeProto) -> Result<()> {
         self.node_inner(node)
@@ -365,17 +220,5 @@ impl Importer {
         let value = layers::import(self, node, &a)?;
         self.values.insert(out, value);
         Ok(())
-    }
-
-    /// Squeeze's and Unsqueeze's axes: an attribute before opset 13, the
-    /// second input since.
-    fn axes(&self, node: &pb::NodeProto) -> Result<Option<Vec<i64>>> {
-        if !matches!(node.op_type.as_str(), "Squeeze" | "Unsqueeze") {
-            return Ok(None);
-        }
-        match node.input.get(1).filter(|n| !n.is_empty()) {
-            Some(name) if self.opset >= 13 => Ok(Some(self.constant(name)?.int_values()?)),
-            _ => Ok(Attrs(node).ints("axes")),
-        }
     }
 }

@@ -2,6 +2,7 @@
 //! exporters' files are the crate's fixture tests.
 
 use super::*;
+use dlas_zoo::weights::Params;
 
 #[test]
 fn export_then_import_gives_the_same_network() {

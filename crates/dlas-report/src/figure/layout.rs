@@ -3,11 +3,28 @@
 //! font, titles that fit their width, and legends laid out in rows outside
 //! the data area.
 
-use super::DrawResult;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
+use std::sync::Once;
+
+/// What drawing returns: plotters' errors are of many types.
+pub(super) type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+static REGISTER: Once = Once::new();
+
+/// Registers the embedded font once, before any text is measured or drawn
+/// (here, beside the measuring, so the bodies import this leaf and not
+/// `figure/mod.rs`).
+pub(super) fn register_font() {
+    REGISTER.call_once(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+            .unwrap_or_else(|_| panic!("the embedded font is a valid TrueType file"));
+    });
+}
 
 /// How a panel's value axis maps values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -139,7 +156,7 @@ impl Scale {
 /// The width in pixels of `text` at `size` in the embedded font, as the
 /// PNG backend lays it out (the wider of the two renderings).
 pub(super) fn text_width(text: &str, size: f64) -> u32 {
-    super::register_font();
+    register_font();
     ("sans-serif", size)
         .into_font()
         .box_size(text)

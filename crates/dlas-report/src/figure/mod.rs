@@ -14,21 +14,10 @@ mod stack;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::FontStyle;
 use serde::{Serialize, Serializer};
-use std::sync::Once;
 
 pub use layout::Scale;
-
-static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
-static REGISTER: Once = Once::new();
-
-fn register_font() {
-    REGISTER.call_once(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-            .unwrap_or_else(|_| panic!("the embedded font is a valid TrueType file"));
-    });
-}
+use layout::{DrawResult, register_font};
 
 /// One bar series: a value (or a gap) per group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -191,8 +180,6 @@ const COLOURS: [RGBColor; 10] = [
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
 ];
-
-type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn round(v: f64) -> f64 {
     dlas_core::results::round_significant(v, 3)

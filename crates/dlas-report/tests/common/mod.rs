@@ -65,7 +65,7 @@ pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let layer = LayerSlice::read(&root.join(layer_path("dlas"))).unwrap();
     let accuracy = accuracy(&root);
     let plan = Plan::expand(&study);
-    let validation = validation(&root);
+    let validation = validation(&root, &study);
     let transfer = transfer(&root);
     let inputs = Inputs {
         study: &study,
@@ -91,7 +91,7 @@ pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
     let (rows, result_files) = read_files(&root, paths);
     let sweeps = Sweeps::default();
     let plan = Plan::expand(&study);
-    let validation = validation(&root);
+    let validation = validation(&root, &study);
     let transfer = transfer(&root);
     let inputs = Inputs {
         study: &study,
@@ -121,11 +121,12 @@ fn transfer(root: &Path) -> dlas_report::transfer::Transfer {
 
 /// The device model's validation: the committed validation rows, measured
 /// on the calibrated machine, and the model's predictions of them.
-fn validation(root: &std::path::Path) -> Validation {
+fn validation(root: &std::path::Path, study: &Study) -> Validation {
     let host = dlas_devices::load_calibrated(&root.join("data/devices/measured")).unwrap();
     let measured = results::read_results(&root.join("data/results/dlas/validation.csv")).unwrap();
     Validation {
         rows: dlas_report::validation::validate(&measured, &host).unwrap(),
         footer: "Measured: data/results/dlas/validation.csv.".into(),
+        table: dlas_report::catalogue_of(study).validation_table,
     }
 }

@@ -13,8 +13,8 @@
 
 use super::timer::{Timed, Timer};
 use anyhow::{Context, Result};
-use dlas_core::calibration::{Conversion, KernelFamily, LayerTiming, Precision};
-use dlas_core::{Dataset, Layout};
+use dlas_core::calibration::{Conversion, KernelFamily, LayerTiming, Precision, WinogradTile};
+use dlas_core::{ConvShape, Dataset, KernelClass, Layout};
 use dlas_engine::{DType, Engine, EngineConfig, FormatChoice, KernelAlgorithm};
 use dlas_zoo::weights::{Params, Weights};
 use dlas_zoo::{Graph, GraphBuilder, Op};
@@ -30,38 +30,54 @@ pub const GRID_SEED: u64 = 0xca1b_2026;
 /// coefficients per class need several times as many points.
 pub const DEFAULT_SHAPES: usize = 40;
 
-/// A layer shape of the grid.
+/// A layer of the grid: its shape (square maps, padded by half the
+/// kernel) and the density its weights are pruned to when timed sparse.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Shape {
-    pub in_channels: usize,
-    pub out_channels: usize,
-    pub groups: usize,
-    pub kernel: usize,
-    pub stride: usize,
-    pub in_hw: usize,
+    pub conv: ConvShape,
     pub density: f64,
 }
 
 impl Shape {
+    /// A layer of `in_hw` x `in_hw` input.
+    pub fn new(
+        (in_channels, out_channels, groups): (usize, usize, usize),
+        (kernel, stride): (usize, usize),
+        in_hw: usize,
+        density: f64,
+    ) -> Shape {
+        let conv = ConvShape::new(
+            in_channels,
+            out_channels,
+            kernel,
+            stride,
+            kernel / 2,
+            groups,
+            in_hw,
+            in_hw,
+        );
+        Shape { conv, density }
+    }
+
     fn out_hw(&self) -> usize {
-        (self.in_hw + 2 * (self.kernel / 2) - self.kernel) / self.stride + 1
+        self.conv.out_h
     }
 
     /// What identifies a layer's work: channels, groups, kernel, stride, input size.
     fn key(&self) -> LayerShape {
+        let c = &self.conv;
         (
-            self.in_channels,
-            self.out_channels,
-            self.groups,
-            self.kernel,
-            self.stride,
-            self.in_hw,
+            c.in_channels,
+            c.out_channels,
+            c.groups,
+            c.kernel,
+            c.stride,
+            c.in_h,
         )
     }
 
     fn macs(&self) -> f64 {
-        let k = (self.in_channels / self.groups) * self.kernel * self.kernel;
-        (self.out_channels * self.out_hw().pow(2) * k) as f64
+        self.conv.macs() as f64
     }
 }
 
@@ -113,15 +129,18 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
     let densities = [0.1, 0.2, 0.35, 0.5, 0.7];
     let mut regular = Vec::new();
     while regular.len() < n {
-        let shape = Shape {
-            in_channels: *channels.choose(&mut rng).expect("values"),
-            out_channels: *channels.choose(&mut rng).expect("values"),
-            groups: 1,
-            kernel: if rng.random_bool(0.5) { 3 } else { 1 },
-            stride: if rng.random_bool(0.2) { 2 } else { 1 },
-            in_hw: *sizes.choose(&mut rng).expect("values"),
-            density: *densities.choose(&mut rng).expect("values"),
-        };
+        let in_channels = *channels.choose(&mut rng).expect("values");
+        let out_channels = *channels.choose(&mut rng).expect("values");
+        let kernel = if rng.random_bool(0.5) { 3 } else { 1 };
+        let stride = if rng.random_bool(0.2) { 2 } else { 1 };
+        let in_hw = *sizes.choose(&mut rng).expect("values");
+        let density = *densities.choose(&mut rng).expect("values");
+        let shape = Shape::new(
+            (in_channels, out_channels, 1),
+            (kernel, stride),
+            in_hw,
+            density,
+        );
         if (1e5..=1.2e8).contains(&shape.macs()) && !zoo.contains(&shape.key()) {
             regular.push(shape);
         }
@@ -130,17 +149,13 @@ pub fn grid(n: usize) -> (Vec<Shape>, Vec<Shape>) {
     let dw_channels = [16, 32, 64, 96, 144, 192, 384, 576, 960];
     while depthwise.len() < n {
         let c = *dw_channels.choose(&mut rng).expect("values");
-        let shape = Shape {
-            in_channels: c,
-            out_channels: c,
-            groups: c,
-            kernel: if rng.random_bool(0.25) { 5 } else { 3 },
-            stride: if rng.random_bool(0.3) { 2 } else { 1 },
-            in_hw: *[4, 7, 8, 14, 16, 28, 32, 56, 112]
-                .choose(&mut rng)
-                .expect("values"),
-            density: *densities.choose(&mut rng).expect("values"),
-        };
+        let kernel = if rng.random_bool(0.25) { 5 } else { 3 };
+        let stride = if rng.random_bool(0.3) { 2 } else { 1 };
+        let in_hw = *[4, 7, 8, 14, 16, 28, 32, 56, 112]
+            .choose(&mut rng)
+            .expect("values");
+        let density = *densities.choose(&mut rng).expect("values");
+        let shape = Shape::new((c, c, c), (kernel, stride), in_hw, density);
         if (1e4..=2e7).contains(&shape.macs()) && !zoo.contains(&shape.key()) {
             depthwise.push(shape);
         }
@@ -165,15 +180,10 @@ pub fn winograd_grid(n: usize) -> Vec<Shape> {
     let sizes = [14, 16, 28, 32, 56];
     let mut out = Vec::new();
     while out.len() < n {
-        let shape = Shape {
-            in_channels: *channels.choose(&mut rng).expect("values"),
-            out_channels: *channels.choose(&mut rng).expect("values"),
-            groups: 1,
-            kernel: 3,
-            stride: 1,
-            in_hw: *sizes.choose(&mut rng).expect("values"),
-            density: 1.0,
-        };
+        let in_channels = *channels.choose(&mut rng).expect("values");
+        let out_channels = *channels.choose(&mut rng).expect("values");
+        let in_hw = *sizes.choose(&mut rng).expect("values");
+        let shape = Shape::new((in_channels, out_channels, 1), (3, 1), in_hw, 1.0);
         if (1e5..=1.2e8).contains(&shape.macs()) && !zoo.contains(&shape.key()) {
             out.push(shape);
         }
@@ -181,99 +191,108 @@ pub fn winograd_grid(n: usize) -> Vec<Shape> {
     out
 }
 
-/// A kernel class to time, as the engine is configured for it.
-#[derive(Debug, Clone, Copy)]
-struct Setup {
-    family: KernelFamily,
-    sparse: bool,
-    precision: Precision,
-    tuned: bool,
-    /// Timed on the depthwise grid: the depthwise stencil, and the direct
-    /// CSR kernel that sparse depthwise layers run under every algorithm.
-    depthwise: bool,
+/// Which shapes of the grid a class is timed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grid {
+    Regular,
+    /// The depthwise stencils, the fp16 GEMM's depthwise products, and the
+    /// direct CSR kernel that sparse depthwise layers run.
+    Depthwise,
+    /// Layers a Winograd configuration runs as Winograd F(4x4, 3x3).
+    Winograd,
 }
 
-/// Every class the study's native combinations run: the three algorithms
-/// dense and CSR, untuned and tuned, in fp32; the three algorithms dense in
-/// fp16 and int8 (untuned: tuned fp16 borrows the untuned curve, int8 has
-/// no schedule); the depthwise kernels in each precision; direct CSR on
-/// depthwise layers; Winograd dense fp32, untuned and tuned, on its own
-/// grid (the layers it does not run, it runs as the gemm).
-fn setups() -> Vec<Setup> {
+/// A kernel class to time, with its default schedule or tuned, and the
+/// shapes it is timed on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Setup {
+    pub class: KernelClass,
+    pub tuned: bool,
+    pub grid: Grid,
+}
+
+/// Every class the study's native combinations run, as
+/// `dlas_core::kernel::kernel_class` names them on a CPU offering `cpu`:
+/// the three algorithms dense and CSR, untuned and tuned, in fp32; the
+/// three algorithms dense in fp16 and int8 (untuned: tuned fp16 borrows
+/// the untuned curve, int8 has no schedule; the int8 GEMM with VNNI where
+/// the CPU has it); the depthwise stencils in each precision and the fp16
+/// GEMM's depthwise products; direct CSR on depthwise layers; Winograd
+/// F(4x4) dense fp32, untuned and tuned, on its own grid (the layers it
+/// does not run, it runs as the gemm; F(2x2) takes F(4x4)'s curve); and
+/// the blocked layout's direct kernel and stencil, untuned.
+pub fn setups(cpu: dlas_core::kernel::Cpu) -> Vec<Setup> {
+    let class = |family, sparse, precision| KernelClass {
+        family,
+        sparse,
+        precision,
+        layout: Layout::Nchw,
+        vnni: family == KernelFamily::Gemm && precision == Precision::I8 && cpu.vnni,
+        tile: (family == KernelFamily::Winograd).then_some(WinogradTile::F4x4),
+    };
+    let setup = |class, tuned, grid| Setup { class, tuned, grid };
+    let families = [
+        KernelFamily::Direct,
+        KernelFamily::Gemm,
+        KernelFamily::SpatialPack,
+    ];
     let mut out = Vec::new();
     for tuned in [false, true] {
-        out.push(Setup {
-            family: KernelFamily::Winograd,
-            sparse: false,
-            precision: Precision::F32,
-            tuned,
-            depthwise: false,
-        });
-        for family in [
-            KernelFamily::Direct,
-            KernelFamily::Gemm,
-            KernelFamily::SpatialPack,
-        ] {
+        let winograd = class(KernelFamily::Winograd, false, Precision::F32);
+        out.push(setup(winograd, tuned, Grid::Winograd));
+        for family in families {
             for sparse in [false, true] {
-                out.push(Setup {
-                    family,
-                    sparse,
-                    precision: Precision::F32,
+                out.push(setup(
+                    class(family, sparse, Precision::F32),
                     tuned,
-                    depthwise: false,
-                });
+                    Grid::Regular,
+                ));
             }
         }
-        out.push(Setup {
-            family: KernelFamily::Direct,
-            sparse: true,
-            precision: Precision::F32,
-            tuned,
-            depthwise: true,
-        });
+        let csr = class(KernelFamily::Direct, true, Precision::F32);
+        out.push(setup(csr, tuned, Grid::Depthwise));
     }
     for precision in [Precision::F16, Precision::I8] {
-        for family in [
-            KernelFamily::Direct,
-            KernelFamily::Gemm,
-            KernelFamily::SpatialPack,
-        ] {
-            out.push(Setup {
-                family,
-                sparse: false,
-                precision,
-                tuned: false,
-                depthwise: false,
-            });
+        for family in families {
+            out.push(setup(class(family, false, precision), false, Grid::Regular));
         }
     }
     for precision in [Precision::F32, Precision::F16, Precision::I8] {
-        out.push(Setup {
-            family: KernelFamily::Depthwise,
-            sparse: false,
-            precision,
-            tuned: false,
-            depthwise: true,
-        });
+        let stencil = class(KernelFamily::Depthwise, false, precision);
+        out.push(setup(stencil, false, Grid::Depthwise));
     }
+    let products = class(KernelFamily::DepthwiseGemm, false, Precision::F16);
+    out.push(setup(products, false, Grid::Depthwise));
+    // The blocked layout's two kernels (issue 42), untuned.
+    let blocked = |family| KernelClass {
+        layout: Layout::Nchw16c,
+        ..class(family, false, Precision::F32)
+    };
+    out.push(setup(blocked(KernelFamily::Direct), false, Grid::Regular));
+    out.push(setup(
+        blocked(KernelFamily::Depthwise),
+        false,
+        Grid::Depthwise,
+    ));
     out
 }
 
 /// The one-layer graph of `shape` and its seeded weights, pruned by
 /// magnitude to the shape's density when `sparse`.
 fn layer(shape: &Shape, sparse: bool) -> (Graph, Weights) {
+    let c = &shape.conv;
     let mut b = GraphBuilder::with_input(
         "calibration-layer",
         Dataset::Cifar10,
-        [shape.in_channels, shape.in_hw, shape.in_hw],
+        [c.in_channels, c.in_h, c.in_w],
     );
     let x = b.input();
     b.conv_bn(
         x,
-        shape.out_channels,
-        shape.kernel,
-        shape.stride,
-        shape.groups,
+        c.out_channels,
+        c.kernel,
+        c.stride,
+        c.groups,
         Some(Op::Relu),
     );
     let graph = b.finish();
@@ -304,30 +323,28 @@ fn prune(weight: &mut [f32], density: f64) {
     }
 }
 
-fn config(setup: &Setup, threads: usize) -> EngineConfig {
-    // fp32 depthwise layers run the stencil under every algorithm; int8
-    // depthwise layers run the int8 depthwise kernel under every algorithm;
-    // fp16 depthwise layers run the GEMM path's own kernel under GEMM and the
-    // stencil with f16 weights under direct and spatial pack. The model has
-    // one depthwise class per precision (`dlas_devices::efficiency::class_of`),
-    // timed here on the GEMM path for fp16 and int8.
-    let algorithm = match setup.family {
-        KernelFamily::Depthwise if setup.precision != Precision::F32 => KernelAlgorithm::Gemm,
+/// The engine configuration the calibration times `class` with: the
+/// algorithm whose configuration makes `dlas_core::kernel::kernel_class`
+/// choose it (direct for the depthwise stencils, gemm for the fp16 GEMM's
+/// depthwise products), its weight format, layout and data type. `time`
+/// checks that the engine builds that class.
+pub fn config_for(class: &KernelClass, threads: usize) -> EngineConfig {
+    let algorithm = match class.family {
         KernelFamily::Direct | KernelFamily::Depthwise => KernelAlgorithm::Direct,
-        KernelFamily::Gemm => KernelAlgorithm::Gemm,
+        KernelFamily::Gemm | KernelFamily::DepthwiseGemm => KernelAlgorithm::Gemm,
         KernelFamily::SpatialPack => KernelAlgorithm::SpatialPack,
         KernelFamily::Winograd => KernelAlgorithm::Winograd,
     };
     EngineConfig {
         threads,
         algorithm,
-        format: if setup.sparse {
+        format: if class.sparse {
             FormatChoice::Csr
         } else {
             FormatChoice::Dense
         },
-        layout: Layout::Nchw,
-        dtype: match setup.precision {
+        layout: class.layout,
+        dtype: match class.precision {
             Precision::F32 => DType::F32,
             Precision::F16 => DType::F16,
             Precision::I8 => DType::I8,
@@ -343,26 +360,25 @@ fn config(setup: &Setup, threads: usize) -> EngineConfig {
 /// the conversions of its input and output, and almost nothing else, so
 /// what exceeds `run_us` over the values moved is that cost.
 pub fn conversions(timer: &mut Timer, threads: usize, run_us: f64) -> Result<Vec<Conversion>> {
-    let shape = Shape {
-        in_channels: 64,
-        out_channels: 64,
-        groups: 64,
-        kernel: 1,
-        stride: 1,
-        in_hw: 56,
-        density: 1.0,
-    };
+    let shape = Shape::new((64, 64, 64), (1, 1), 56, 1.0);
     let values = 2.0 * (64 * 56 * 56) as f64;
+    let cpu = dlas_engine::lowering::cpu();
     [Precision::F32, Precision::F16, Precision::I8]
         .into_iter()
         .map(|precision| {
-            let setup = Setup {
-                family: KernelFamily::Depthwise,
-                sparse: false,
-                precision,
-                tuned: false,
-                depthwise: true,
-            };
+            // The stencil in each precision, the layer the conversions
+            // have always been measured on (fp16 on the GEMM's products,
+            // as before issue 42).
+            let setup = setups(cpu)
+                .into_iter()
+                .find(|s| {
+                    s.grid == Grid::Depthwise
+                        && !s.class.sparse
+                        && s.class.precision == precision
+                        && (precision != Precision::F16
+                            || s.class.family == KernelFamily::DepthwiseGemm)
+                })
+                .expect("a depthwise class in every precision");
             let (us, _) = time(timer, &setup, &shape, threads, 0)?;
             Ok(Conversion {
                 precision,
@@ -385,9 +401,9 @@ fn time(
     threads: usize,
     schedules: usize,
 ) -> Result<Timed> {
-    let (graph, weights) = layer(shape, setup.sparse);
-    let mut config = config(setup, threads);
-    if setup.precision == Precision::I8 {
+    let (graph, weights) = layer(shape, setup.class.sparse);
+    let mut config = config_for(&setup.class, threads);
+    if setup.class.precision == Precision::I8 {
         let calibration = dlas_compress::Calibration::seeded(
             &graph,
             GRID_SEED,
@@ -403,6 +419,12 @@ fn time(
     }
     let input = dlas_zoo::weights::input(&graph, GRID_SEED, 1);
     let engine = Engine::compile(&graph, &weights, &config)?;
+    let built: Vec<KernelClass> = engine.layers().map(|l| l.kernel_class()).collect();
+    anyhow::ensure!(
+        built == [setup.class],
+        "the engine runs {built:?} where the calibration times {}",
+        setup.class
+    );
     let mut best = timer.median_us(|| engine.run(&input, 1).map(drop))?;
     let default = engine.default_scheduled().first().copied();
     if let (true, Some(key)) = (setup.tuned, default) {
@@ -436,11 +458,11 @@ pub fn benchmark(
 ) -> Result<Vec<LayerTiming>> {
     let (regular, depthwise) = grid(extent.shapes);
     let winograd = winograd_grid(extent.shapes);
-    let setups = setups();
-    let shapes_of = |setup: &Setup| match setup.family {
-        KernelFamily::Winograd => &winograd,
-        _ if setup.depthwise => &depthwise,
-        _ => &regular,
+    let setups = setups(dlas_engine::lowering::cpu());
+    let shapes_of = |setup: &Setup| match setup.grid {
+        Grid::Winograd => &winograd,
+        Grid::Depthwise => &depthwise,
+        Grid::Regular => &regular,
     };
     let total = setups.iter().map(|s| shapes_of(s).len()).sum();
     let mut out = Vec::new();
@@ -450,23 +472,26 @@ pub fn benchmark(
             progress(out.len(), total);
             let (median_us, runs) = time(timer, setup, shape, threads, extent.schedules)
                 .with_context(|| format!("timing {setup:?} on {shape:?}"))?;
+            let (class, c) = (&setup.class, &shape.conv);
             out.push(LayerTiming {
-                family: setup.family,
-                sparse: setup.sparse,
-                precision: setup.precision,
+                family: class.family,
+                sparse: class.sparse,
+                precision: class.precision,
                 tuned: setup.tuned,
-                in_channels: shape.in_channels,
-                out_channels: shape.out_channels,
-                groups: shape.groups,
-                kernel: shape.kernel,
-                stride: shape.stride,
-                in_hw: shape.in_hw,
+                in_channels: c.in_channels,
+                out_channels: c.out_channels,
+                groups: c.groups,
+                kernel: c.kernel,
+                stride: c.stride,
+                in_hw: c.in_h,
                 out_hw: shape.out_hw(),
-                density: if setup.sparse { shape.density } else { 1.0 },
+                density: if class.sparse { shape.density } else { 1.0 },
                 threads,
                 cold: false,
                 runs,
                 median_us,
+                layout: Some(class.layout),
+                vnni: Some(class.vnni),
             });
         }
     }
@@ -482,13 +507,14 @@ mod tests {
     fn the_grid_is_seeded_and_bounded() {
         let (a, d) = grid(12);
         assert_eq!(grid(12), (a.clone(), d.clone()));
-        assert!(a.iter().all(|s| s.macs() <= 1.2e8 && s.groups == 1));
-        assert!(d.iter().all(|s| s.groups == s.in_channels));
+        assert!(a.iter().all(|s| s.macs() <= 1.2e8 && s.conv.groups == 1));
+        assert!(d.iter().all(|s| s.conv.groups == s.conv.in_channels));
         let w = winograd_grid(12);
         assert_eq!(winograd_grid(12), w);
         // Only layers a Winograd configuration runs as Winograd.
         assert!(w.iter().all(|s| {
-            winograd_tile(s.kernel, s.stride, s.groups, s.in_channels, [s.out_hw(); 2]).is_some()
+            let c = &s.conv;
+            winograd_tile(c.kernel, c.stride, c.groups, c.in_channels, [s.out_hw(); 2]).is_some()
         }));
         // The Winograd grid did not move the others.
         assert_eq!(grid(12), (a, d));
@@ -542,23 +568,16 @@ mod tests {
 
     #[test]
     fn every_class_times_a_small_layer() {
-        let shape = Shape {
-            in_channels: 8,
-            out_channels: 16,
-            groups: 1,
-            kernel: 3,
-            stride: 1,
-            in_hw: 8,
-            density: 0.5,
-        };
-        let dw = Shape {
-            out_channels: 8,
-            groups: 8,
-            ..shape
-        };
+        let shape = Shape::new((8, 16, 1), (3, 1), 8, 0.5);
+        let wide = Shape::new((8, 16, 1), (3, 1), 16, 1.0);
+        let dw = Shape::new((8, 8, 8), (3, 1), 8, 0.5);
         let mut timer = Timer::ungated();
-        for setup in setups() {
-            let s = if setup.depthwise { &dw } else { &shape };
+        for setup in setups(dlas_engine::lowering::cpu()) {
+            let s = match setup.grid {
+                Grid::Depthwise => &dw,
+                Grid::Winograd => &wide,
+                Grid::Regular => &shape,
+            };
             let (us, runs) =
                 time(&mut timer, &setup, s, 1, 2).unwrap_or_else(|e| panic!("{setup:?}: {e:#}"));
             assert!(us > 0.0 && runs >= 15, "{setup:?}");
