@@ -43,6 +43,10 @@ pub struct Inputs<'a> {
     /// every pair of calibrated machines): the error a mocked CPU's
     /// numbers carry, which footers print.
     pub transfer: Option<&'a crate::transfer::Transfer>,
+    /// The number of the study's table that shows it (its catalogue's
+    /// `transfer_table`), which footers cite; passed by the caller that
+    /// picked the catalogue, so the report's leaves never look it up.
+    pub transfer_table: usize,
 }
 
 /// A results file and its rows in [`Inputs::results`].

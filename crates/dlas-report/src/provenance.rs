@@ -104,7 +104,6 @@ fn families(inputs: &Inputs, devices: &[&String]) -> Vec<&'static str> {
 /// The error a mocked CPU's numbers carry, per family the figure shows:
 /// the cross-machine test of the scaling the mocked CPUs use.
 fn cpu_error(inputs: &Inputs, devices: &[&String]) -> String {
-    let catalogue = crate::catalogue_of(inputs.study);
     let Some(transfer) = inputs.transfer else {
         return "their error on another CPU has not been measured (no cross-machine test)".into();
     };
@@ -130,7 +129,7 @@ fn cpu_error(inputs: &Inputs, devices: &[&String]) -> String {
     }
     format!(
         "their error as measured on another CPU (Table {}: one x86 machine's calibration predicting the other's rows from its specification, {}): {}",
-        catalogue.transfer_table,
+        inputs.transfer_table,
         if transfer.another_cpu(MOCKED_CPUS, None).len() > 1 {
             "each direction"
         } else {

@@ -67,6 +67,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         accuracy: &accuracy,
         validation: None,
         transfer: None,
+        transfer_table: catalogue.transfer_table,
     };
     let checked = catalogue.check(&inputs);
     let text = if args.markdown {

@@ -153,6 +153,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         accuracy: &accuracy,
         validation: validation.as_ref(),
         transfer: transfer.as_ref(),
+        transfer_table: catalogue.transfer_table,
     };
     artifacts.extend(catalogue.build(&inputs, selection)?);
     let mut differing = Vec::new();

@@ -79,6 +79,7 @@ pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         accuracy: &accuracy,
         validation: Some(&validation),
         transfer: Some(&transfer),
+        transfer_table: dlas_report::catalogue_of(&study).transfer_table,
     };
     f(&inputs);
 }
@@ -105,6 +106,7 @@ pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         accuracy: &[],
         validation: Some(&validation),
         transfer: Some(&transfer),
+        transfer_table: dlas_report::catalogue_of(&study).transfer_table,
     };
     f(&inputs);
 }
