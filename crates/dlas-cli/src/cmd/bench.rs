@@ -28,10 +28,11 @@ pub enum Command {
         #[arg(long, default_value_t = 10_000, value_parser = super::bounds::runs)]
         runs: usize,
     },
-    /// The native engine's algorithms against ONNX Runtime and tract on whole
-    /// networks (ResNet-18 CIFAR-10; MobileNetV2, ResNet-50, EfficientNet-B0
-    /// and ViT-S/16 ImageNet), batch 1, interleaved in one run, each ratio
-    /// with its 95% interval.
+    /// The native engine's algorithms (NCHW, and its blocked NCHW16c layout)
+    /// against ONNX Runtime, tract and OpenVINO f32 on whole networks
+    /// (ResNet-18 CIFAR-10; MobileNetV2, ResNet-50, EfficientNet-B0 and
+    /// ViT-S/16 ImageNet), batch 1, interleaved in one run, each ratio with
+    /// its 95% interval.
     Engine {
         /// Timed runs of each configuration before it may stop.
         #[arg(long, default_value_t = 20, value_parser = super::bounds::runs)]
