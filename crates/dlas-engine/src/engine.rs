@@ -579,26 +579,54 @@ mod tests {
     use dlas_core::Dataset;
     use dlas_zoo::{GraphBuilder, Op};
 
-    /// Two inverted-residual heads on a 224x224 input, expanding to 8
-    /// channels (1.6 MB) and to 4 (0.8 MB): the GEMM engine fuses the
-    /// first expansion with its depthwise layer only, and computes what
-    /// the direct engine, which fuses nothing, computes.
-    #[test]
-    fn expansions_to_large_maps_run_fused_with_their_depthwise_layer() {
-        use crate::algorithm::KernelAlgorithm;
+    /// Two inverted-residual heads on a 224x224 input (a 1x1 expansion to
+    /// `big` channels and a depthwise layer, then one to `small`),
+    /// concatenated and classified; its weights and a batch-2 input.
+    fn two_heads(big: usize, small: usize, seed: u64) -> (Graph, Weights, Vec<f32>) {
         let mut g = GraphBuilder::new("heads", Dataset::Imagenet);
         let x = g.input();
-        let e = g.conv_bn(x, 8, 1, 1, 1, Some(Op::Relu6));
-        let big = g.conv_bn(e, 8, 3, 2, 8, Some(Op::Relu6));
-        let e = g.conv_bn(x, 4, 1, 1, 1, Some(Op::Relu6));
-        let small = g.conv_bn(e, 4, 3, 2, 4, Some(Op::Relu6));
-        let both = g.concat(&[big, small]);
+        let e = g.conv_bn(x, big, 1, 1, 1, Some(Op::Relu6));
+        let first = g.conv_bn(e, big, 3, 2, big, Some(Op::Relu6));
+        let e = g.conv_bn(x, small, 1, 1, 1, Some(Op::Relu6));
+        let second = g.conv_bn(e, small, 3, 2, small, Some(Op::Relu6));
+        let both = g.concat(&[first, second]);
         let gap = g.global_avg_pool(both);
         let f = g.flatten(gap);
         g.linear(f, 10);
         let graph = g.finish();
-        let weights = dlas_zoo::weights::generate(&graph, 5);
-        let input = dlas_zoo::weights::input(&graph, 5, 2);
+        let weights = dlas_zoo::weights::generate(&graph, seed);
+        let input = dlas_zoo::weights::input(&graph, seed, 2);
+        (graph, weights, input)
+    }
+
+    /// The output channels of each step `engine` runs fused with the next.
+    fn fused_outputs(engine: &Engine) -> Vec<usize> {
+        (0..engine.steps.len())
+            .filter(|&i| engine.fused[i].is_some())
+            .map(|i| {
+                let Step::Conv { conv, .. } = &engine.steps[i].1 else {
+                    panic!("a fused step is a convolution")
+                };
+                conv.workload().out_channels
+            })
+            .collect()
+    }
+
+    /// The relative L2 distance of `a` from `b`.
+    fn relative_l2(a: &[f32], b: &[f32]) -> f32 {
+        let err: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+        let norm: f32 = b.iter().map(|y| y * y).sum();
+        (err / norm).sqrt()
+    }
+
+    /// Two inverted-residual heads expanding to 8 channels (1.6 MB) and to
+    /// 4 (0.8 MB): the GEMM engine fuses the first expansion with its
+    /// depthwise layer only, and computes what the direct engine, which
+    /// fuses nothing, computes.
+    #[test]
+    fn expansions_to_large_maps_run_fused_with_their_depthwise_layer() {
+        use crate::algorithm::KernelAlgorithm;
+        let (graph, weights, input) = two_heads(8, 4, 5);
         let engine = |algorithm| {
             let config = EngineConfig {
                 algorithm,
@@ -610,23 +638,11 @@ mod tests {
             engine(KernelAlgorithm::Gemm),
             engine(KernelAlgorithm::Direct),
         );
-        let fused: Vec<usize> = (0..gemm.steps.len())
-            .filter(|&i| gemm.fused[i].is_some())
-            .collect();
-        assert_eq!(fused.len(), 1, "{fused:?}");
-        let Step::Conv { conv, .. } = &gemm.steps[fused[0]].1 else {
-            panic!("a fused step is a convolution")
-        };
-        assert_eq!(conv.workload().out_channels, 8);
+        assert_eq!(fused_outputs(&gemm), [8]);
         assert!(direct.fused.iter().all(Option::is_none));
         let (a, b) = (gemm.run(&input, 2).unwrap(), direct.run(&input, 2).unwrap());
-        let err: f32 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
-        let norm: f32 = b.iter().map(|y| y * y).sum();
-        assert!(
-            (err / norm).sqrt() < 1e-5,
-            "relative L2 {}",
-            (err / norm).sqrt()
-        );
+        let l2 = relative_l2(&a, &b);
+        assert!(l2 < 1e-5, "relative L2 {l2}");
     }
 
     /// In NCHW16c an expansion to whole 16-channel blocks and a large map
@@ -636,19 +652,7 @@ mod tests {
     #[test]
     fn blocked_expansions_of_whole_blocks_run_fused() {
         use crate::algorithm::KernelAlgorithm;
-        let mut g = GraphBuilder::new("heads", Dataset::Imagenet);
-        let x = g.input();
-        let e = g.conv_bn(x, 32, 1, 1, 1, Some(Op::Relu6));
-        let big = g.conv_bn(e, 32, 3, 2, 32, Some(Op::Relu6));
-        let e = g.conv_bn(x, 24, 1, 1, 1, Some(Op::Relu6));
-        let ragged = g.conv_bn(e, 24, 3, 2, 24, Some(Op::Relu6));
-        let both = g.concat(&[big, ragged]);
-        let gap = g.global_avg_pool(both);
-        let f = g.flatten(gap);
-        g.linear(f, 10);
-        let graph = g.finish();
-        let weights = dlas_zoo::weights::generate(&graph, 7);
-        let input = dlas_zoo::weights::input(&graph, 7, 2);
+        let (graph, weights, input) = two_heads(32, 24, 7);
         let engine = |algorithm, layout| {
             let config = EngineConfig {
                 algorithm,
@@ -659,25 +663,13 @@ mod tests {
         };
         let blocked = engine(KernelAlgorithm::Direct, Layout::Nchw16c);
         let planar = engine(KernelAlgorithm::Direct, Layout::Nchw);
-        let fused: Vec<usize> = (0..blocked.steps.len())
-            .filter(|&i| blocked.fused[i].is_some())
-            .collect();
-        assert_eq!(fused.len(), 1, "{fused:?}");
-        let Step::Conv { conv, .. } = &blocked.steps[fused[0]].1 else {
-            panic!("a fused step is a convolution")
-        };
-        assert_eq!(conv.workload().out_channels, 32);
+        assert_eq!(fused_outputs(&blocked), [32]);
         let (a, b) = (
             blocked.run(&input, 2).unwrap(),
             planar.run(&input, 2).unwrap(),
         );
-        let err: f32 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
-        let norm: f32 = b.iter().map(|y| y * y).sum();
-        assert!(
-            (err / norm).sqrt() < 1e-5,
-            "relative L2 {}",
-            (err / norm).sqrt()
-        );
+        let l2 = relative_l2(&a, &b);
+        assert!(l2 < 1e-5, "relative L2 {l2}");
     }
 
     /// Squeeze-and-excitation and SiLU steps allocate their outputs; the
