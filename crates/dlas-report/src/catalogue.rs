@@ -64,7 +64,7 @@ pub struct Catalogue {
     /// The observations (or findings), in their order.
     pub observations: fn() -> Vec<Observation>,
     /// The claims file's Markdown.
-    pub claims_markdown: fn(&[Checked]) -> String,
+    pub claims_markdown: fn(&[Checked], Option<crate::drift::Drift>) -> String,
     /// What each figure and table reproduces of the paper, in the order
     /// figures then tables: the page, ARTIFACT.md and `reproduce` print it.
     pub paper_map: &'static [Mapped],
@@ -134,6 +134,7 @@ impl Catalogue {
                 networks: &networks,
                 sweeps: inputs.sweeps,
                 accuracy: inputs.accuracy,
+                drift: inputs.drift,
             };
             Checked {
                 file: file.to_string(),
@@ -192,7 +193,7 @@ impl Catalogue {
         if let Some(checked) = &checked {
             out.push(Artifact {
                 path: to.claims_file.as_str().into(),
-                bytes: (self.claims_markdown)(checked).into_bytes(),
+                bytes: (self.claims_markdown)(checked, inputs.drift).into_bytes(),
             });
         }
         let mut built_figures = Vec::new();

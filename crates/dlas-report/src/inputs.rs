@@ -47,6 +47,10 @@ pub struct Inputs<'a> {
     /// `transfer_table`), which footers cite; passed by the caller that
     /// picked the catalogue, so the report's leaves never look it up.
     pub transfer_table: usize,
+    /// The measured machine's drift between sittings, within which two
+    /// measured times tie (computed by the caller from the rows measured on
+    /// the calibrated machine, [`crate::drift::Drift::of`]).
+    pub drift: Option<crate::drift::Drift>,
 }
 
 /// A results file and its rows in [`Inputs::results`].

@@ -19,6 +19,7 @@ pub mod compare;
 pub mod compilers;
 pub mod compression;
 pub mod dlas;
+pub mod drift;
 pub mod figure;
 pub mod inputs;
 pub mod metrics;

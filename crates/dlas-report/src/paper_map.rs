@@ -31,14 +31,13 @@ impl std::fmt::Display for Item {
 #[derive(Debug, Clone, Copy)]
 pub struct Mapped {
     pub item: Item,
-    /// The paper item it reproduces, naming the paper, or [`OURS`].
+    /// The paper item it reproduces, naming the paper; or that it is an
+    /// addition ("addition A1 ...", numbered apart from the paper's
+    /// items), or that its counterpart is unknown ("counterpart unknown ...").
     pub paper: &'static str,
     /// What differs from the paper's item, or, for ours, what it shows.
     pub differs: &'static str,
 }
-
-/// The words for an output that reproduces no item of the paper.
-pub const OURS: &str = "ours, no counterpart in the paper";
 
 /// The mapped row of `item` in a study's map.
 pub fn find(map: &[Mapped], item: Item) -> Option<&Mapped> {
@@ -54,7 +53,10 @@ pub fn line(map: &[Mapped], selection: Selection) -> Option<String> {
         Selection::Table(n) => Item::Table(n),
     };
     let m = find(map, item)?;
-    Some(if m.paper.starts_with("ours") {
+    let reproduces = !["ours", "addition", "counterpart unknown"]
+        .iter()
+        .any(|p| m.paper.starts_with(p));
+    Some(if !reproduces {
         format!("{}: {}. It shows: {}", m.item, m.paper, m.differs)
     } else {
         format!(
@@ -113,7 +115,12 @@ mod tests {
         let dlas = crate::dlas::PAPER_MAP;
         let line = line(dlas, Selection::Figure(5)).unwrap();
         assert!(
-            line.starts_with(&format!("Figure 5: {OURS}. It shows: ")),
+            line.starts_with("Figure 5: counterpart unknown: ") && line.contains(". It shows: "),
+            "{line}"
+        );
+        let line = line_of_table(dlas, 9);
+        assert!(
+            line.starts_with("Table 9: addition A4 of this artifact"),
             "{line}"
         );
         let line = line_of_table(dlas, 1);

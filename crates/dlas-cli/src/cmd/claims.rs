@@ -55,6 +55,10 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         rows.extend(file_rows);
     }
     let plan = Plan::expand(&study);
+    // The ties use the bundle's measured drift between sittings, as the
+    // committed claims do, so a reviewer's file is judged by the same rule.
+    let validation =
+        super::validate::validation_of(project, &study.name, catalogue.validation_table)?;
     let inputs = Inputs {
         study: &study,
         plan: &plan,
@@ -68,10 +72,11 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         validation: None,
         transfer: None,
         transfer_table: catalogue.transfer_table,
+        drift: validation.as_ref().and_then(super::reproduce::drift_of),
     };
     let checked = catalogue.check(&inputs);
     let text = if args.markdown {
-        (catalogue.claims_markdown)(&checked)
+        (catalogue.claims_markdown)(&checked, inputs.drift)
     } else {
         claims::text_of(&(catalogue.observations)(), &checked)
     };

@@ -8,6 +8,7 @@ use crate::project::Project;
 use anyhow::{Result, bail};
 use dlas_core::{Filter, Plan, results};
 use dlas_report::compression::{Sweeps, layer_path, sweep_path};
+use dlas_report::drift::Drift;
 use dlas_report::{Artifact, HostSummary, Inputs, ResultsFile, Selection};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -154,6 +155,7 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         validation: validation.as_ref(),
         transfer: transfer.as_ref(),
         transfer_table: catalogue.transfer_table,
+        drift: validation.as_ref().and_then(drift_of),
     };
     artifacts.extend(catalogue.build(&inputs, selection)?);
     let mut differing = Vec::new();
@@ -191,4 +193,12 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         dlas_core::outln!("{line}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The calibrated machine's drift between sittings, from the configurations
+/// its validation rows hold twice (the study's campaign and the validation
+/// sitting): the factor within which the claims tie two measured times.
+pub fn drift_of(validation: &dlas_report::validation::Validation) -> Option<Drift> {
+    let (measured, _) = dlas_report::validation::as_results(&validation.rows);
+    Drift::of(&measured)
 }

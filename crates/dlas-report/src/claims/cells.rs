@@ -4,10 +4,15 @@
 //!
 //! Every better-or-worse decision goes through [`order`] or [`order_times`]:
 //! two numbers within the bundle's [`TOLERANCE`] of each other are a tie,
-//! and two measured times whose 95% confidence intervals overlap are a tie,
-//! so a verdict never rests on a difference the protocol cannot resolve.
+//! and two measured times are a tie when their 95% confidence intervals
+//! overlap or when they differ by less than the machine's [`Drift`]
+//! between sittings, so a verdict never rests on a difference the protocol
+//! cannot resolve. The intervals describe one sitting (about ±1%); two
+//! rows of one results file may be measured an hour apart, and the same
+//! configuration measured in two sittings moves by more than that.
 
 use super::TOLERANCE;
+use crate::drift::Drift;
 use dlas_core::results::is_mocked;
 use dlas_core::{Algorithm, Compression, Dataset, ResultRow};
 use std::collections::BTreeMap;
@@ -34,33 +39,66 @@ pub fn order(a: f64, b: f64) -> Order {
     }
 }
 
+/// The factor within which two measured times tie: the measured drift,
+/// or the tolerance where none was measured.
+pub fn tie_factor(drift: Option<Drift>) -> f64 {
+    drift.map_or(TOLERANCE, |d| d.factor)
+}
+
+/// The tie rule for measured times in words, with the figure it uses.
+pub fn tie_rule(drift: Option<Drift>) -> String {
+    match drift {
+        Some(d) => format!(
+            "two measured times whose 95% confidence intervals overlap, or which differ by less than the machine's drift between sittings ({}x: the 95th percentile over {} configurations measured in two sittings on the calibrated machine, median {}x), are a tie",
+            num(d.factor),
+            d.pairs,
+            num(d.median)
+        ),
+        None => format!(
+            "two measured times whose 95% confidence intervals overlap, or which differ by less than {}% (no configuration was measured in two sittings, so the tolerance stands in for the drift between sittings), are a tie",
+            (100.0 * (TOLERANCE - 1.0)).round()
+        ),
+    }
+}
+
 /// A cell's median time, with its 95% confidence interval when the row was
 /// measured (a mocked row's interval describes the model's synthetic
-/// samples, not uncertainty about the device, so it is not used).
+/// samples, not uncertainty about the device, so it is not used) and the
+/// drift between sittings that a measured comparison must exceed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Time {
     pub ms: f64,
     pub interval: Option<(f64, f64)>,
+    /// The factor within which a measured time ties with another (1 for
+    /// modelled times, which [`order`] compares).
+    pub drift: f64,
 }
 
 impl Time {
-    pub fn of(row: &ResultRow, ms: f64) -> Time {
+    /// `drift` is the factor of [`Drift`] (or the tolerance).
+    pub fn of(row: &ResultRow, ms: f64, drift: f64) -> Time {
         let interval = match (row.ci95_low_ms, row.ci95_high_ms) {
             (Some(low), Some(high)) if !is_mocked(row) && low <= high => Some((low, high)),
             _ => None,
         };
-        Time { ms, interval }
+        Time {
+            ms,
+            interval,
+            drift: if interval.is_some() { drift } else { 1.0 },
+        }
     }
 }
 
 /// Compares two times: measured times with intervals tie when the
-/// intervals overlap; otherwise [`order`] applies the tolerance.
+/// intervals overlap or the times lie within the drift between sittings;
+/// otherwise [`order`] applies the tolerance.
 pub fn order_times(a: Time, b: Time) -> Order {
     match (a.interval, b.interval) {
         (Some((a_low, a_high)), Some((b_low, b_high))) => {
-            if a_high < b_low {
+            let drift = a.drift.max(b.drift);
+            if a_high < b_low && a.ms * drift < b.ms {
                 Order::Below
-            } else if b_high < a_low {
+            } else if b_high < a_low && b.ms * drift < a.ms {
                 Order::Above
             } else {
                 Order::Tie
@@ -199,7 +237,8 @@ impl<'a> Cells<'a> {
     /// fourth algorithm would change every "fastest" and "over dense" they
     /// count) do not enter. Where an algorithm was measured in several
     /// formats or files, its fastest time counts.
-    pub fn new(rows: &'a [ResultRow]) -> Cells<'a> {
+    /// `drift` is the factor within which measured times tie ([`Time`]).
+    pub fn new(rows: &'a [ResultRow], drift: f64) -> Cells<'a> {
         let mut times: BTreeMap<Key, BTreeMap<Algorithm, Time>> = BTreeMap::new();
         let mut order = Vec::new();
         for r in rows {
@@ -221,7 +260,7 @@ impl<'a> Cells<'a> {
                 compression: r.compression,
                 tuned: r.tuned,
             };
-            let time = Time::of(r, ms);
+            let time = Time::of(r, ms, drift);
             let slot = times
                 .entry(key)
                 .or_default()
@@ -399,15 +438,25 @@ mod tests {
         assert_eq!(order(1.0, 1.09), Order::Tie);
         assert_eq!(order(1.0, 1.11), Order::Below);
         assert_eq!(order(1.11, 1.0), Order::Above);
-        let t = |ms, interval| Time { ms, interval };
-        // Intervals decide when both have them, however far the medians are.
+        let t = |ms, interval: Option<(f64, f64)>| Time {
+            ms,
+            interval,
+            drift: if interval.is_some() { 1.03 } else { 1.0 },
+        };
+        // Overlapping intervals tie, however far the medians are.
         assert_eq!(
             order_times(t(1.0, Some((0.9, 1.5))), t(2.0, Some((1.4, 2.1)))),
             Order::Tie
         );
+        // Apart intervals decide beyond the drift between sittings ...
         assert_eq!(
             order_times(t(1.0, Some((0.99, 1.01))), t(1.05, Some((1.04, 1.06)))),
             Order::Below
+        );
+        // ... and within it the two are a tie.
+        assert_eq!(
+            order_times(t(1.0, Some((0.995, 1.005))), t(1.02, Some((1.015, 1.025)))),
+            Order::Tie
         );
         assert_eq!(
             order_times(t(1.0, None), t(1.05, Some((1.04, 1.06)))),
@@ -421,6 +470,40 @@ mod tests {
         let items: Vec<String> = ["a", "b", "c"].map(String::from).into();
         assert_eq!(first_of(&items, 2), "a; b; and 1 more");
         assert_eq!(first_of(&items, 3), "a; b; c");
+    }
+
+    #[test]
+    fn drift_is_measured_on_configurations_timed_in_two_sittings() {
+        let row = |id: &str, source: &str, ms: f64| {
+            let mut r = crate::claims::fixtures::row(
+                "host",
+                Dataset::Cifar10,
+                "resnet18",
+                Compression::Dense,
+                Algorithm::Gemm,
+                false,
+                ms,
+            );
+            r.id = id.into();
+            r.source = source.into();
+            r
+        };
+        // One sitting only: nothing to measure, and the tolerance stands in.
+        let one = [row("a", "env-1", 1.0), row("b", "env-1", 2.0)];
+        assert_eq!(Drift::of(&one), None);
+        assert_eq!(tie_factor(None), TOLERANCE);
+        // Two sittings: "a" moved by 1.2x, "b" by 1.05x; the 95th percentile of two is the larger.
+        let two = [
+            row("a", "env-1", 1.0),
+            row("b", "env-1", 2.0),
+            row("a", "env-2", 1.2),
+            row("b", "env-2", 1.9),
+            row("c", "mock-v5", 3.0),
+        ];
+        let d = Drift::of(&two).expect("two configurations in two sittings");
+        assert_eq!(d.pairs, 2);
+        assert!((d.factor - 1.2).abs() < 1e-12, "{d:?}");
+        assert!((d.median - 2.0 / 1.9).abs() < 1e-12, "{d:?}");
     }
 
     #[test]
@@ -440,7 +523,7 @@ mod tests {
         };
         // TVM's GEMM is faster, but it is TVM's, not the native engine's.
         let rows = [row(dlas_core::NATIVE, 10.0), row("tvm", 5.0)];
-        let cells = Cells::new(&rows);
+        let cells = Cells::new(&rows, 1.1);
         let key = cells.keys().next().cloned().expect("one cell");
         assert_eq!(cells.keys().count(), 1);
         assert_eq!(cells.best(&key), Some((Algorithm::Gemm, 10.0)));

@@ -21,7 +21,7 @@
 pub mod cells;
 mod render;
 
-pub use render::{agreement, devices, sections, statement, text_of, why_not};
+pub use render::{agreement, devices, headline, sections, statement, text_of, why_not};
 
 use crate::compression::{RecordedAccuracy, Sweeps};
 use crate::inputs::Network;
@@ -124,6 +124,84 @@ pub struct Outcome {
     pub explanation: Vec<String>,
     /// Devices whose results entered the check.
     pub devices: Vec<String>,
+    /// What the verdict rests on: measured rows, modelled rows whose
+    /// verdict a model assumption sets, or modelled rows that inherit the
+    /// calibrated machine's kernels ([`Basis`]); set by [`Observation::check`].
+    pub basis: Basis,
+}
+
+/// What a verdict rests on, from the devices whose rows entered it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Basis {
+    /// Devices timed on real hardware.
+    pub measured: Vec<String>,
+    /// Mocked CPUs: their kernels' efficiencies are the calibrated
+    /// machine's, scaled by the specification.
+    pub inherited: Vec<String>,
+    /// Mocked GPUs: never measured, so the model's error on them is unknown.
+    pub unvalidated: Vec<String>,
+    /// The model assumptions that set the verdict on the modelled devices
+    /// that entered, in words.
+    pub assumptions: Vec<&'static str>,
+}
+
+impl Basis {
+    /// The basis in a few words, for verdict tables.
+    pub fn tag(&self) -> &'static str {
+        let modelled = !self.inherited.is_empty() || !self.unvalidated.is_empty();
+        match (
+            self.measured.is_empty(),
+            modelled,
+            self.assumptions.is_empty(),
+        ) {
+            (true, false, _) => "no rows",
+            (false, false, _) => "measured",
+            (false, true, _) => "measured and modelled",
+            (true, true, false) => "modelled, set by an assumption",
+            (true, true, true) if self.unvalidated.is_empty() => "modelled from the calibration",
+            (true, true, true) => "modelled, partly unvalidated",
+        }
+    }
+
+    /// The basis in a sentence, naming devices and assumptions.
+    pub fn sentence(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.measured.is_empty() {
+            parts.push(format!("measured on {}", self.measured.join(", ")));
+        }
+        if !self.inherited.is_empty() {
+            parts.push(format!(
+                "modelled on {} (mocked CPUs: the calibrated machine's kernel efficiencies scaled by the specification; error: \"another CPU\" in the cross-machine table)",
+                self.inherited.join(", ")
+            ));
+        }
+        if !self.unvalidated.is_empty() {
+            parts.push(format!(
+                "modelled on {} (GPU: not validated, error unknown)",
+                self.unvalidated.join(", ")
+            ));
+        }
+        if !self.assumptions.is_empty() {
+            parts.push(format!(
+                "on the modelled devices the verdict is set by the model's assumption that {}",
+                self.assumptions.join("; and that ")
+            ));
+        }
+        if parts.is_empty() {
+            "no rows".into()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+/// A model assumption that decides an observation on modelled devices of
+/// some kinds: the verdict there follows from it, not from a measurement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Assumption {
+    pub on: &'static [DeviceKind],
+    /// The assumption, worded to follow "the model's assumption that".
+    pub text: &'static str,
 }
 
 impl Outcome {
@@ -139,6 +217,7 @@ impl Outcome {
             evidence: parts.into_iter().map(|p| p.evidence).collect(),
             explanation,
             devices,
+            basis: Basis::default(),
         }
     }
 }
@@ -162,11 +241,20 @@ pub struct Context<'a> {
     pub networks: &'a [Network],
     pub sweeps: &'a Sweeps,
     pub accuracy: &'a [RecordedAccuracy],
+    /// The measured machine's drift between sittings, within which two
+    /// measured times tie ([`crate::drift::Drift`]).
+    pub drift: Option<crate::drift::Drift>,
 }
 
-impl Context<'_> {
+impl<'a> Context<'a> {
     pub fn kind(&self, device: &str) -> Option<DeviceKind> {
         self.kinds.get(device).copied()
+    }
+
+    /// The native engine's cells of these rows, compared under this
+    /// context's drift.
+    pub fn cells(&self) -> cells::Cells<'a> {
+        cells::Cells::new(self.rows, cells::tie_factor(self.drift))
     }
 }
 
@@ -184,11 +272,38 @@ pub struct Observation {
     pub predicate: &'static str,
     /// The predicate itself.
     pub check: fn(&Context) -> Outcome,
+    /// The model assumptions that set its verdict on modelled devices.
+    pub assumptions: &'static [Assumption],
 }
 
 impl Observation {
+    /// The predicate's outcome, with the basis of the devices that entered.
     pub fn check(&self, context: &Context) -> Outcome {
-        (self.check)(context)
+        let mut outcome = (self.check)(context);
+        let mut basis = Basis::default();
+        for device in &outcome.devices {
+            let mocked = context
+                .rows
+                .iter()
+                .any(|r| &r.device == device && dlas_core::results::is_mocked(r));
+            let kind = context.kind(device);
+            let list = match (mocked, kind) {
+                (false, _) => &mut basis.measured,
+                (true, Some(DeviceKind::Gpu)) => &mut basis.unvalidated,
+                (true, _) => &mut basis.inherited,
+            };
+            list.push(device.clone());
+            if mocked {
+                for a in self.assumptions {
+                    let applies = kind.is_some_and(|k| a.on.contains(&k));
+                    if applies && !basis.assumptions.contains(&a.text) {
+                        basis.assumptions.push(a.text);
+                    }
+                }
+            }
+        }
+        outcome.basis = basis;
+        outcome
     }
 }
 
@@ -325,6 +440,7 @@ pub(crate) mod fixtures {
             networks,
             sweeps,
             accuracy,
+            drift: None,
         };
         all.iter()
             .find(|o| o.numeral == numeral)

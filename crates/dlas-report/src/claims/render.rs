@@ -51,7 +51,13 @@ pub fn sections(out: &mut String, all: &[Observation], checked: &[Checked]) {
     for (i, o) in all.iter().enumerate() {
         let _ = write!(out, "| {} | {} |", o.numeral, statement(o));
         for c in checked {
-            let _ = write!(out, " {} |", c.outcomes[i].verdict.label());
+            let outcome = &c.outcomes[i];
+            let _ = write!(
+                out,
+                " {} ({}) |",
+                outcome.verdict.label(),
+                outcome.basis.tag()
+            );
         }
         if validated {
             let _ = write!(out, " {} |", agreement(checked, i));
@@ -72,15 +78,68 @@ pub fn sections(out: &mut String, all: &[Observation], checked: &[Checked]) {
             let outcome = &c.outcomes[i];
             let _ = writeln!(
                 out,
-                "- `{}`: **{}**. {}.{} Devices: {}.",
+                "- `{}`: **{}**. {}.{} Devices: {}. *Basis:* {}.",
                 c.file,
                 outcome.verdict.label(),
                 outcome.evidence.join("; "),
                 why_not(&outcome.explanation),
-                devices(&outcome.devices)
+                devices(&outcome.devices),
+                outcome.basis.sentence()
             );
         }
     }
+}
+
+/// The study's headline: each observation's verdict on measured data
+/// alone, from the first results file whose rows for it were all
+/// measured; an observation no measured file can test says so.
+pub fn headline(all: &[Observation], checked: &[Checked]) -> String {
+    let mut by_verdict: [(Verdict, Vec<String>); 3] = [
+        (Verdict::Holds, vec![]),
+        (Verdict::DoesNotHold, vec![]),
+        (Verdict::CannotBeTested, vec![]),
+    ];
+    let mut files: Vec<&str> = Vec::new();
+    for (i, o) in all.iter().enumerate() {
+        let measured = checked
+            .iter()
+            .find(|c| c.outcomes[i].basis.tag() == "measured");
+        let verdict = measured.map_or(Verdict::CannotBeTested, |c| c.outcomes[i].verdict);
+        if let Some(c) = measured
+            && !files.contains(&c.file.as_str())
+        {
+            files.push(&c.file);
+        }
+        for (v, list) in &mut by_verdict {
+            if *v == verdict {
+                list.push(o.numeral.to_string());
+            }
+        }
+    }
+    let lists: Vec<String> = by_verdict
+        .iter()
+        .map(|(v, list)| {
+            let names = if list.is_empty() {
+                "none".to_string()
+            } else {
+                list.join(", ")
+            };
+            format!("{} {names}", v.label())
+        })
+        .collect();
+    let from = if files.is_empty() {
+        "no results file holds measured rows".to_string()
+    } else {
+        files
+            .iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "**On measured data alone** ({from}): {}. Every other verdict below rests on the device model, and its basis says how.",
+        lists.join("; ")
+    )
 }
 
 /// What `dlas claims` prints: per file, each observation's verdict, evidence and devices.
@@ -97,6 +156,7 @@ pub fn text_of(all: &[Observation], checked: &[Checked]) -> String {
                 let _ = writeln!(out, "        against it: {e}");
             }
             let _ = writeln!(out, "        devices: {}", devices(&outcome.devices));
+            let _ = writeln!(out, "        basis: {}", outcome.basis.sentence());
         }
     }
     out

@@ -76,7 +76,8 @@ impl Group {
 
     /// The cell of `column`: for the native engine the fastest of its
     /// algorithms in the format the compression runs (dense unless pruned).
-    fn cell<'a>(&self, rows: &'a [&'a ResultRow], column: &Column) -> Cell<'a> {
+    /// `drift`: the factor within which measured times tie ([`Time`]).
+    fn cell<'a>(&self, rows: &'a [&'a ResultRow], column: &Column, drift: f64) -> Cell<'a> {
         let candidates: Vec<&ResultRow> = rows
             .iter()
             .copied()
@@ -96,7 +97,7 @@ impl Group {
         match fastest {
             Some((row, ms)) => Cell::Timed {
                 row,
-                time: Time::of(row, ms),
+                time: Time::of(row, ms, drift),
             },
             None if candidates.iter().any(|r| r.status == Status::Failed) => Cell::Failed,
             None => Cell::Missing,
@@ -156,7 +157,8 @@ fn show(cell: &Cell, column: &Column) -> String {
     }
 }
 
-/// The fastest column, and those tied with it (their intervals overlap).
+/// The fastest column, and those tied with it (their intervals overlap, or
+/// they lie within the drift between sittings).
 fn fastest(cells: &[(Column, Cell)]) -> String {
     let timed: Vec<(&Column, Time)> = cells
         .iter()
@@ -193,13 +195,14 @@ pub fn table(inputs: &Inputs, number: usize) -> Table {
             .iter()
             .map(|c| format!("{} (measured ms [95% CI])", c.name())),
     );
-    header.push("fastest (ties: overlapping intervals)".into());
+    header.push("fastest (ties: overlapping intervals or within the drift)".into());
+    let drift = crate::claims::cells::tie_factor(inputs.drift);
     let mut body = Vec::new();
     let mut devices: Vec<String> = Vec::new();
     for g in &groups {
         let cells: Vec<(Column, Cell)> = compilers
             .iter()
-            .map(|c| (c.clone(), g.cell(&rows, c)))
+            .map(|c| (c.clone(), g.cell(&rows, c, drift)))
             .collect();
         let mut line = vec![
             g.device.clone(),
@@ -219,8 +222,9 @@ pub fn table(inputs: &Inputs, number: usize) -> Table {
         columns: header,
         rows: body,
         footer: format!(
-            "{} Native columns: the fastest of the study's algorithms, named after the time (dense weights, or the sparse format a pruned network runs). The runtimes choose their own kernels and run dense weights. Fastest: the lowest median; a compiler whose interval overlaps it is tied. '-': not run; 'failed': the runtime refused the model (the results file's reason column says why). Rows appear where a runtime was run.",
-            footer(inputs, &devices)
+            "{} Native columns: the fastest of the study's algorithms, named after the time (dense weights, or the sparse format a pruned network runs). The runtimes choose their own kernels and run dense weights. Fastest: the lowest median, and listed as tied with it the compilers under this rule: {}. '-': not run; 'failed': the runtime refused the model (the results file's reason column says why). Rows appear where a runtime was run.",
+            footer(inputs, &devices),
+            crate::claims::cells::tie_rule(inputs.drift)
         ),
     }
 }
@@ -256,7 +260,7 @@ pub fn figure(inputs: &Inputs, number: usize) -> FigureData {
         let panel = panels.last_mut().expect("pushed above");
         panel.groups.push(format!("{} {}", g.model, g.compression));
         for (series, c) in panel.series.iter_mut().zip(&compilers) {
-            series.values.push(match g.cell(&rows, c) {
+            series.values.push(match g.cell(&rows, c, 1.0) {
                 Cell::Timed { time, .. } => Some(time.ms),
                 _ => None,
             });
@@ -328,12 +332,12 @@ mod tests {
         ];
         let rows: Vec<&ResultRow> = rows.iter().collect();
         let native = Column::Native { tuned: false };
-        let cell = group().cell(&rows, &native);
+        let cell = group().cell(&rows, &native, 1.0);
         assert_eq!(show(&cell, &native), "8.6 [8.5, 8.8] gemm");
         let tract = Column::Runtime("tract-plain".into());
-        assert_eq!(show(&group().cell(&rows, &tract), &tract), "failed");
+        assert_eq!(show(&group().cell(&rows, &tract, 1.0), &tract), "failed");
         let ort = Column::Runtime("ort-opt".into());
-        assert_eq!(show(&group().cell(&rows, &ort), &ort), "-");
+        assert_eq!(show(&group().cell(&rows, &ort, 1.0), &ort), "-");
     }
 
     #[test]
@@ -347,7 +351,7 @@ mod tests {
         let cells = |columns: &[Column]| -> Vec<(Column, Cell)> {
             columns
                 .iter()
-                .map(|c| (c.clone(), group().cell(&rows, c)))
+                .map(|c| (c.clone(), group().cell(&rows, c, 1.0)))
                 .collect()
         };
         let all = [

@@ -80,6 +80,9 @@ pub fn with_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         validation: Some(&validation),
         transfer: Some(&transfer),
         transfer_table: dlas_report::catalogue_of(&study).transfer_table,
+        drift: dlas_report::drift::Drift::of(
+            &dlas_report::validation::as_results(&validation.rows).0,
+        ),
     };
     f(&inputs);
 }
@@ -107,6 +110,9 @@ pub fn with_compiler_results(paths: &[&str], f: impl FnOnce(&Inputs)) {
         validation: Some(&validation),
         transfer: Some(&transfer),
         transfer_table: dlas_report::catalogue_of(&study).transfer_table,
+        drift: dlas_report::drift::Drift::of(
+            &dlas_report::validation::as_results(&validation.rows).0,
+        ),
     };
     f(&inputs);
 }

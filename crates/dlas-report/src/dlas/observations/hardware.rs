@@ -1,7 +1,8 @@
 //! Observation XIII: hardware (layer 6 of the stack).
 
-use crate::claims::cells::{Cells, Key, Order, Votes, first_of, num};
-use crate::claims::{Context, Observation, Outcome, Part, Verdict, Wording};
+use crate::claims::cells::{Key, Order, Votes, first_of, num};
+use crate::claims::{Assumption, Context, Observation, Outcome, Part, Verdict, Wording};
+use dlas_devices::DeviceKind;
 
 /// The study's pairs of platforms of one kind: (expected faster, slower).
 /// The claim names these devices, so results without them cannot test it.
@@ -14,13 +15,17 @@ pub(super) fn observations() -> Vec<Observation> {
         statement: "The i7 CPU is generally faster than the HiKey CPU, and the Xavier GPU is generally faster than the HiKey GPU.",
         wording: Wording::Quoted,
         source: "As expected, XIII) the i7 CPU was generally faster than the HiKey CPU, and the Xavier GPU was generally faster than the HiKey GPU.",
-        predicate: "For each pair (i7, hikey970-cpu) and (xavier-gpu, hikey970-gpu): over cells (network, compression, tuning) measured on both, the first device's fastest algorithm beats the second's, beyond the tolerance (measured: beyond the 95% intervals), in most.",
+        predicate: "For each pair (i7, hikey970-cpu) and (xavier-gpu, hikey970-gpu): over cells (network, compression, tuning) measured on both, the first device's fastest algorithm beats the second's, beyond the tolerance (measured: beyond the 95% intervals and the drift between sittings), in most.",
         check: faster_platforms,
+        assumptions: &[Assumption {
+            on: &[DeviceKind::Cpu, DeviceKind::Gpu],
+            text: "a device's times scale with its specification's peak compute and DRAM bandwidth, so the device with the larger peaks is faster",
+        }],
     }]
 }
 
 fn faster_platforms(context: &Context) -> Outcome {
-    let cells = Cells::new(context.rows);
+    let cells = context.cells();
     let mut parts = Vec::new();
     let mut devices = Vec::new();
     for (fast, slow) in PAIRS {
