@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::PathBuf;
 
-/// Everything a report is computed from.
+/// Everything a report is computed from (cloned to narrow its rows to
+/// those a figure draws, so its footer speaks of them alone).
+#[derive(Clone)]
 pub struct Inputs<'a> {
     pub study: &'a Study,
     /// The study's plan, expanded by the CLI: the report reads plans, it

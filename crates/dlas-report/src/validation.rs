@@ -373,7 +373,11 @@ pub fn figure(rows: &[Validated], number: usize, footer: String) -> FigureData {
             x_label: "measured ms (median, this machine)".into(),
             series: series
                 .into_iter()
-                .map(|(name, points)| ScatterSeries { name, points })
+                .map(|(name, points)| ScatterSeries {
+                    name,
+                    points,
+                    modelled: false,
+                })
                 .collect(),
             diagonal: Some("predicted = measured".into()),
             band: Some(0.25),

@@ -1,7 +1,7 @@
 //! The compiler study's measured figures (1, 5, 6, 7) and tables (1, 2):
 //! throughput of compiled against uncompiled graphs, from results rows.
 
-use super::{Curves, Net, PAIRS, block_of, devices_with_rows, reversals, whole_networks};
+use super::{Curves, Net, PAIRS, Reversal, block_of, devices_with_rows, reversals, whole_networks};
 use crate::claims::TOLERANCE;
 use crate::claims::cells::num;
 use crate::figure::{Body, FigureData, LinePanel, LineSeries, Panel, Scale, Series};
@@ -162,14 +162,99 @@ pub fn metrics_table(inputs: &Inputs) -> Table {
     }
 }
 
+/// The footer of an output that draws the whole networks only (Figures 1,
+/// 5 and 7, Table 5) or the block-repeat models only (`blocks`, Figure 6):
+/// its sources and each modelled kind's error are those of the rows
+/// drawn, so no family's error is quoted under numbers it does not cover.
+fn drawn_footer(inputs: &Inputs, devices: &[String], blocks: bool) -> String {
+    let drawn_rows: Vec<dlas_core::ResultRow> = inputs
+        .results
+        .iter()
+        .filter(|r| block_of(&r.model).is_some() == blocks)
+        .cloned()
+        .collect();
+    let drawn = Inputs {
+        results: &drawn_rows,
+        ..inputs.clone()
+    };
+    footer(&drawn, devices)
+}
+
+/// How far a reversal swings: the leader's lead uncompiled times the
+/// other's lead compiled (above the tolerance for every reversal).
+fn swing(r: &Reversal) -> f64 {
+    let [lead_before, behind_before, lead_after, behind_after] = r.throughputs;
+    (lead_before / behind_before) * (behind_after / lead_after)
+}
+
+/// Every reversal at [`BATCH`] on the devices with rows, in device order,
+/// the largest swing first within each device.
+fn all_reversals(inputs: &Inputs, curves: &Curves) -> Vec<Reversal> {
+    let models = whole_networks(inputs.study);
+    let mut out = Vec::new();
+    for device in devices_with_rows(inputs) {
+        let mut flips = reversals(curves, &device, &models, BATCH);
+        flips.sort_by(|a, b| swing(b).total_cmp(&swing(a)));
+        out.extend(flips);
+    }
+    out
+}
+
+/// How many flips Figure 1's footer names: the largest; Table 5 lists all.
+const NAMED_FLIPS: usize = 3;
+
+/// Table 5: every pair of networks whose ranking by throughput flips
+/// under compilation at batch 1, the list Figure 1's footer counts.
+pub fn reversals_table(inputs: &Inputs) -> Table {
+    let curves = Curves::new(inputs.results);
+    let devices = devices_with_rows(inputs);
+    let rows = all_reversals(inputs, &curves)
+        .iter()
+        .map(|r| {
+            let [b1, b2, c1, c2] = r.throughputs.map(num);
+            vec![
+                crate::provenance::mark(inputs, &r.device, r.device.clone()),
+                r.baseline.to_string(),
+                r.compiled.to_string(),
+                r.first.1.clone(),
+                r.second.1.clone(),
+                format!("{b1} vs {b2}"),
+                format!("{c1} vs {c2}"),
+                num(swing(r)),
+            ]
+        })
+        .collect();
+    Table {
+        number: 5,
+        title: format!("Pairs of networks whose ranking flips under compilation (batch {BATCH})"),
+        columns: [
+            "device",
+            "baseline",
+            "compiled",
+            "faster uncompiled",
+            "faster compiled",
+            "throughput uncompiled (samples/s)",
+            "throughput compiled (samples/s)",
+            "swing",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+        footer: format!(
+            "The flips Figure 1 counts. Throughputs: the network faster uncompiled first. Swing: its lead uncompiled times the other's lead compiled; a pair counts only when the swing exceeds the findings' tolerance ({TOLERANCE}), so networks within noise of each other do not. Largest swing first within each device. {}",
+            drawn_footer(inputs, &devices, false)
+        ),
+    }
+}
+
 /// Figure 1: the networks' throughput uncompiled and compiled on each
-/// device; the footer names every pair whose ranking flips.
+/// device; the footer counts the pairs whose ranking flips and names the
+/// largest (Table 5 lists them all).
 pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
     let curves = Curves::new(inputs.results);
     let models = whole_networks(inputs.study);
     let devices = devices_with_rows(inputs);
     let mut panels = Vec::new();
-    let mut flips = Vec::new();
     for device in &devices {
         let pairs = curves.pairs_on(device);
         if pairs.is_empty() {
@@ -192,21 +277,32 @@ pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
                 })
                 .collect(),
         });
-        flips.extend(reversals(&curves, device, &models, BATCH));
     }
+    let mut flips = all_reversals(inputs, &curves);
+    flips.sort_by(|a, b| swing(b).total_cmp(&swing(a)));
     let flipped = if flips.is_empty() {
         "no ranking of two networks flips".to_string()
     } else {
-        flips
+        let largest: Vec<String> = flips
             .iter()
+            .take(NAMED_FLIPS)
             .map(|r| {
                 format!(
-                    "{}: {} over {} becomes {} over {} ({} -> {})",
-                    r.device, r.first.1, r.second.1, r.second.1, r.first.1, r.baseline, r.compiled
+                    "{}: {} ahead of {} with {}, behind with {} (swing {})",
+                    r.device,
+                    r.first.1,
+                    r.second.1,
+                    r.baseline,
+                    r.compiled,
+                    num(swing(r))
                 )
             })
-            .collect::<Vec<_>>()
-            .join("; ")
+            .collect();
+        format!(
+            "{} pairs of networks swap order under compilation (Table 5 lists every one); the largest: {}",
+            flips.len(),
+            largest.join("; ")
+        )
     };
     FigureData {
         number: 1,
@@ -215,10 +311,18 @@ pub fn ranking_reversal(inputs: &Inputs) -> FigureData {
         log_y: true,
         body: Body::Bars(panels),
         footer: format!(
-            "Where the ranking flips: {flipped}. {}",
-            footer(inputs, &devices)
+            "Ranking flips: {flipped}. {}",
+            drawn_footer(inputs, &devices, false)
         ),
     }
+}
+
+/// Figure 5's value axis: one log scale, the same in every panel.
+const SHARED_THROUGHPUT: &str = "throughput (samples/s, shared log scale)";
+
+/// Figure 6's value axis: one log scale, the same in every panel.
+fn shared_gain() -> String {
+    format!("RTR at batch {BATCH} (x, shared log scale)")
 }
 
 /// Figure 5: throughput against batch size, one row of panels per device
@@ -261,25 +365,31 @@ pub fn throughput_vs_batch(inputs: &Inputs) -> FigureData {
                     "{}: {config}",
                     crate::provenance::panel_title(inputs, device)
                 ),
-                x_label: "log2 of the batch size".into(),
+                x_label: "batch size (log2 axis)".into(),
                 x_range: Some([0.0, log2(largest).max(1.0)]),
-                y_label: "throughput (samples/s)".into(),
+                x_powers_of_two: true,
+                y_label: SHARED_THROUGHPUT.into(),
                 log_y: true,
+                y_range: None,
                 tie: None,
                 series,
                 note: String::new(),
             });
         }
     }
+    // Baseline and compiled panels are read against each other, and
+    // devices against devices: one scale for all, logarithmic since the
+    // devices' throughputs span orders of magnitude.
+    crate::figure::share_y(&mut panels);
     FigureData {
         number: 5,
         title: "Throughput against batch size, baseline (left) and compiled (right)".into(),
-        y_label: "throughput (samples/s)".into(),
+        y_label: SHARED_THROUGHPUT.into(),
         log_y: true,
         body: Body::Lines { columns: 2, panels },
         footer: format!(
-            "Ringed: the saturation batch (the smallest batch within 95% of the series' largest throughput). {}",
-            footer(inputs, &devices)
+            "Ringed: the saturation batch (the smallest batch within 95% of the series' largest throughput). Every panel has the same logarithmic y scale. {}",
+            drawn_footer(inputs, &devices, false)
         ),
     }
 }
@@ -353,25 +463,32 @@ pub fn block_gain_vs_depth(inputs: &Inputs) -> FigureData {
                     "{}: {compiled} over {baseline}",
                     crate::provenance::panel_title(inputs, device)
                 ),
-                x_label: "log2 of the depth (blocks)".into(),
+                x_label: "depth (blocks, log2 axis)".into(),
                 x_range: Some([0.0, (largest as f64).log2().max(1.0)]),
-                y_label: format!("RTR at batch {BATCH}"),
-                log_y: false,
-                tie: Some(TOLERANCE),
+                x_powers_of_two: true,
+                y_label: shared_gain(),
+                log_y: true,
+                y_range: None,
+                tie: None,
                 series,
                 note,
             });
         }
     }
+    // Gains of every device and pair on one logarithmic scale: from about
+    // 1x (tuning on the host) to over 10x (the modelled GPUs' tuning), so
+    // a panel's spread reads the same in every panel and noise of a
+    // flat series stays flat.
+    crate::figure::share_y(&mut panels);
     FigureData {
         number: 6,
         title: format!("Block level: the compiler's gain against depth (batch {BATCH})"),
-        y_label: format!("RTR at batch {BATCH}"),
-        log_y: false,
+        y_label: shared_gain(),
+        log_y: true,
         body: Body::Lines { columns: 2, panels },
         footer: format!(
-            "Block-repeat models: a stem, N repeats of one block type, a head (the zoo's blocks-<kind>-<depth>); one panel per device and compiled configuration with block-repeat models measured both ways (Finding C3 reads the same pairs). Each axis spans at least a factor {TOLERANCE} either side of its middle: gains within that factor of each other are ties (the findings' tolerance). {}",
-            footer(inputs, &devices)
+            "Block-repeat models: a stem, N repeats of one block type, a head (the zoo's blocks-<kind>-<depth>); one panel per device and compiled configuration with block-repeat models measured both ways (Finding C3 reads the same pairs). Every panel has the same logarithmic y scale; gains within a factor {TOLERANCE} of each other are ties (the findings' tolerance). {}",
+            drawn_footer(inputs, &devices, true)
         ),
     }
 }
@@ -447,8 +564,8 @@ pub fn metrics_bars(inputs: &Inputs) -> FigureData {
         log_y: true,
         body: Body::Bars(panels),
         footer: format!(
-            "Numbers: Table 2; definitions: docs/metrics.md. RTR and BSR grow from 1x on a log axis (down for a loss); ASE is on a linear axis from zero (negative when batching slows a configuration down). Bars here are solid for every device; the groups of modelled devices say (modelled). {}",
-            footer(inputs, &devices)
+            "Numbers: Table 2 (block-repeat models: Figure 6); definitions: docs/metrics.md. RTR and BSR grow from 1x on a log axis (down for a loss); ASE is on a linear axis from zero (negative when batching slows a configuration down). Modelled and measured devices share each panel, so every bar is solid: a modelled device's groups end in (modelled), the host's are measured. {}",
+            drawn_footer(inputs, &devices, false)
         ),
     }
 }

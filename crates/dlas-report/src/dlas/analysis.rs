@@ -295,7 +295,10 @@ pub fn expected_vs_achieved(
     let series = devices(inputs, &index)
         .into_iter()
         .map(|(device, _)| ScatterSeries {
-            name: device.clone(),
+            // The legend says which devices are modelled; their points
+            // are drawn hollow.
+            name: crate::provenance::panel_title(inputs, &device),
+            modelled: crate::provenance::is_modelled(inputs, &device),
             points: keys
                 .iter()
                 .flat_map(|(d, m, c)| [false, true].map(|t| (d, m, c, t)))
@@ -324,7 +327,9 @@ pub fn expected_vs_achieved(
             diagonal: Some("achieved = expected".into()),
             band: None,
         }]),
-        footer,
+        footer: format!(
+            "Filled markers: measured; hollow markers: modelled (the legend marks each device modelled or measured). Each device has its own colour and marker shape, and smaller series are drawn over larger ones, so points of two devices at one position both show. {footer}"
+        ),
     }
 }
 

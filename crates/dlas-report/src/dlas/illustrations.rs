@@ -272,6 +272,53 @@ pub fn layer(inputs: &Inputs) -> anyhow::Result<FigureData> {
     })
 }
 
+/// Lines within this factor of each other at every level up to some
+/// level are said to coincide there.
+const COINCIDE: f64 = 1.1;
+
+/// A sentence for a panel whose lines coincide from level 0 to a level
+/// of 0.5 or more (weight pruning's compression ratio: global pruning
+/// zeroes the same share of every network's weights): where, and that
+/// only the markers tell the networks apart there. None otherwise.
+fn coinciding_lines(panel: &LinePanel) -> Option<String> {
+    let drawn: Vec<&LineSeries> = panel
+        .series
+        .iter()
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    if drawn.len() < 2 {
+        return None;
+    }
+    let mut levels: Vec<f64> = drawn
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p[0]))
+        .collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup();
+    let (mut upto, mut spread) = (None, 1f64);
+    for level in levels {
+        let ys: Vec<f64> = drawn
+            .iter()
+            .filter_map(|s| s.points.iter().find(|p| p[0] == level).map(|p| p[1]))
+            .collect();
+        let (low, high) = ys
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(l, h), y| (l.min(*y), h.max(*y)));
+        if ys.len() < drawn.len() || low <= 0.0 || high / low > COINCIDE {
+            break;
+        }
+        spread = spread.max(high / low);
+        upto = Some(level);
+    }
+    let upto = upto.filter(|l| *l >= 0.5)?;
+    Some(format!(
+        "In \"{}\" the {} lines lie within {:.0}% of each other up to level {upto}, so there only their markers tell them apart. ",
+        panel.title,
+        drawn.len(),
+        (spread - 1.0) * 100.0
+    ))
+}
+
 /// Figure 3: compression ratio, remaining MACs and recorded accuracy
 /// against the pruning level, per network and technique.
 pub fn sweeps(inputs: &Inputs) -> FigureData {
@@ -317,8 +364,10 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
                 title: format!("{technique}: {name}"),
                 x_label: "pruning level (fraction pruned; 0: dense)".into(),
                 x_range: None,
+                x_powers_of_two: false,
                 y_label: y_label.into(),
                 log_y,
+                y_range: None,
                 tie: None,
                 series,
                 note: String::new(),
@@ -355,8 +404,10 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
             title: format!("{technique}: recorded top-1 accuracy"),
             x_label: "pruning level (fraction pruned; 0: dense)".into(),
             x_range: None,
+            x_powers_of_two: false,
             y_label: "top-1 (%)".into(),
             log_y: false,
+            y_range: None,
             tie: None,
             series,
             note: if pruned_recorded {
@@ -368,6 +419,7 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
             },
         });
     }
+    let coinciding: Vec<String> = panels.iter().filter_map(coinciding_lines).collect();
     FigureData {
         number: 3,
         title: "Pruning sweeps: compression ratio, remaining MACs and recorded accuracy per network (chosen level ringed)".into(),
@@ -378,7 +430,8 @@ pub fn sweeps(inputs: &Inputs) -> FigureData {
             panels,
         },
         footer: format!(
-            "Source: {} (dlas-compress on the zoo's weights, seed {}: global L1 weight pruning, L1 channel pruning with zeroed channels; the study's schedules) and data/accuracy/published.csv (recorded accuracies only, never estimated). {} {} {} No results enter this figure.",
+            "Each network has its own colour, marker shape and dash pattern (legend above). {}Source: {} (dlas-compress on the zoo's weights, seed {}: global L1 weight pruning, L1 channel pruning with zeroed channels; the study's schedules) and data/accuracy/published.csv (recorded accuracies only, never estimated). {} {} {} No results enter this figure.",
+            coinciding.concat(),
             crate::compression::sweep_path(&inputs.study.name),
             dlas_zoo::weights::MODEL_SEED,
             untrained_note(),

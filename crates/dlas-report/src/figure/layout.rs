@@ -10,6 +10,8 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 use std::sync::Once;
 
+use super::marks::{self, Dash, Shape};
+
 /// What drawing returns: plotters' errors are of many types.
 pub(super) type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -214,12 +216,19 @@ where
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Swatch {
     /// A bar's colour, hollow (faint fill, outline) for modelled values.
-    Bar {
+    Bar { colour: RGBColor, hollow: bool },
+    /// A line series: its dash pattern with its marker in the middle.
+    Line {
         colour: RGBColor,
-        hollow: bool,
+        shape: Shape,
+        dash: Dash,
     },
-    Line(RGBColor),
-    Dot(RGBColor),
+    /// A scatter series' marker, filled (measured) or hollow (modelled).
+    Marker {
+        colour: RGBColor,
+        shape: Shape,
+        filled: bool,
+    },
     /// A thin grey rule (a reference line).
     Rule(RGBAColor),
 }
@@ -227,6 +236,16 @@ pub(super) enum Swatch {
 pub(super) struct Entry {
     pub label: String,
     pub swatch: Swatch,
+}
+
+impl Swatch {
+    /// Its width in pixels: a line's is wide enough to show its dashes.
+    fn width(self) -> i32 {
+        match self {
+            Swatch::Line { .. } => 3 * SWATCH,
+            _ => SWATCH,
+        }
+    }
 }
 
 const LEGEND_FONT: f64 = 12.0;
@@ -239,7 +258,7 @@ fn rows(entries: &[Entry], width: u32) -> Vec<Vec<(usize, u32)>> {
     let mut rows: Vec<Vec<(usize, u32)>> = Vec::new();
     let mut x = 0;
     for (i, entry) in entries.iter().enumerate() {
-        let w = SWATCH as u32 + 5 + text_width(&entry.label, LEGEND_FONT);
+        let w = entry.swatch.width() as u32 + 5 + text_width(&entry.label, LEGEND_FONT);
         if rows.is_empty() || (x > 0 && x + w > width) {
             rows.push(Vec::new());
             x = 0;
@@ -284,14 +303,21 @@ where
                         area.draw(&Rectangle::new(corners, colour.filled()))?;
                     }
                 }
-                Swatch::Line(colour) => {
-                    area.draw(&PathElement::new(
-                        [(x, y), (x + SWATCH, y)],
-                        colour.stroke_width(2),
-                    ))?;
+                Swatch::Line {
+                    colour,
+                    shape,
+                    dash,
+                } => {
+                    let width = entries[i].swatch.width();
+                    marks::draw_line(area, &[(x, y), (x + width, y)], colour, dash)?;
+                    marks::draw(area, (x + width / 2, y), shape, colour, false, 4)?;
                 }
-                Swatch::Dot(colour) => {
-                    area.draw(&Circle::new((x + half, y), 4, colour.filled()))?;
+                Swatch::Marker {
+                    colour,
+                    shape,
+                    filled,
+                } => {
+                    marks::draw(area, (x + half, y), shape, colour, filled, 5)?;
                 }
                 Swatch::Rule(colour) => {
                     area.draw(&PathElement::new([(x, y), (x + SWATCH, y)], colour))?;
@@ -299,7 +325,7 @@ where
             }
             area.draw(&Text::new(
                 entries[i].label.clone(),
-                (x + SWATCH + 5, y),
+                (x + entries[i].swatch.width() + 5, y),
                 font.clone(),
             ))?;
         }

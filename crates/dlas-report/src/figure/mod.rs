@@ -8,6 +8,7 @@ mod bars;
 mod heatmap;
 mod layout;
 mod lines;
+mod marks;
 mod matrices;
 mod scatter;
 mod stack;
@@ -18,6 +19,7 @@ use serde::{Serialize, Serializer};
 
 pub use layout::Scale;
 use layout::{DrawResult, register_font};
+use marks::COLOURS;
 
 /// One bar series: a value (or a gap) per group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -53,6 +55,10 @@ pub struct Point {
 pub struct ScatterSeries {
     pub name: String,
     pub points: Vec<Point>,
+    /// The points come from the performance model, not a measurement:
+    /// drawn hollow, measured points filled.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub modelled: bool,
 }
 
 /// A scatter plot; `diagonal` draws y = x with its legend label.
@@ -116,8 +122,19 @@ pub struct LinePanel {
     /// The x axis' extent when it is not [0, 1] (e.g. log2 of batch sizes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub x_range: Option<[f64; 2]>,
+    /// The x values are log2 of a count (batch sizes, depths): ticks go at
+    /// integer powers of two only and are labelled with the count (1, 2,
+    /// 4, ...), since a fractional power such as 2^0.5 is no size anyone
+    /// ran.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub x_powers_of_two: bool,
     pub y_label: String,
     pub log_y: bool,
+    /// The y extent of the data when several panels share one scale
+    /// ([`share_y`]), so that panels read against each other are drawn
+    /// alike; each panel fits its own data otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub y_range: Option<[f64; 2]>,
     /// For ratios: values within this factor of each other are a tie (the
     /// claims' tolerance), so a linear y axis spans at least this factor
     /// either side of its data's middle; otherwise run-to-run noise of a
@@ -147,6 +164,23 @@ pub enum Body {
     },
 }
 
+/// Gives every panel of `panels` the y extent of all their data, so they
+/// share one scale (the axis label should say so).
+pub fn share_y(panels: &mut [LinePanel]) {
+    let ys = panels
+        .iter()
+        .flat_map(|p| p.series.iter())
+        .flat_map(|s| s.points.iter().map(|p| p[1]));
+    let (low, high) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), y| {
+        (l.min(y), h.max(y))
+    });
+    if low.is_finite() {
+        for panel in panels {
+            panel.y_range = Some([low, high]);
+        }
+    }
+}
+
 /// A figure as data: what snapshot tests compare.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FigureData {
@@ -167,19 +201,6 @@ const FOOTER_LINE: u32 = 17;
 /// Footer characters per pixel of width: DejaVu Sans at 13 px averages
 /// about 7 px a character.
 const FOOTER_CHAR_PX: u32 = 7;
-/// The ten colours of matplotlib's `tab10`, so eight networks stay apart.
-const COLOURS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
 
 fn round(v: f64) -> f64 {
     dlas_core::results::round_significant(v, 3)
@@ -392,6 +413,9 @@ impl FigureData {
                 }
             }
             Body::Lines { panels, .. } => {
+                for r in panels.iter_mut().filter_map(|p| p.y_range.as_mut()) {
+                    *r = [round(r[0]), round(r[1])];
+                }
                 for s in panels.iter_mut().flat_map(|p| p.series.iter_mut()) {
                     for p in s.points.iter_mut().chain(s.marked.iter_mut()) {
                         *p = [round(p[0]), round(p[1])];
@@ -488,6 +512,7 @@ mod tests {
                     x: 2.0,
                     y: 1.5,
                 }],
+                modelled: false,
             }],
             diagonal: Some("y = x".into()),
             band: None,
@@ -540,8 +565,10 @@ mod tests {
                 title: "ratio".into(),
                 x_label: "level".into(),
                 x_range: None,
+                x_powers_of_two: false,
                 y_label: "x".into(),
                 log_y: true,
+                y_range: None,
                 tie: None,
                 series: vec![LineSeries {
                     name: "cifar10/resnet18".into(),

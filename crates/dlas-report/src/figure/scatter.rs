@@ -1,8 +1,10 @@
 //! Labelled points on logarithmic axes, optionally with y = x (Figure 7;
-//! Figure 9). The legend sits in a row above the plot.
+//! Figure 9). The legend sits in a row above the plot. Each series has its
+//! own colour and marker shape; measured points are filled, modelled ones
+//! hollow.
 
 use super::layout::{self, Entry, Scale, Swatch};
-use super::{COLOURS, DrawResult, ScatterPanel};
+use super::{DrawResult, ScatterPanel, marks};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -42,9 +44,14 @@ where
         }
     }
     for (si, series) in panel.series.iter().enumerate() {
+        let (colour, shape, _) = marks::style(si);
         entries.push(Entry {
             label: series.name.clone(),
-            swatch: Swatch::Dot(COLOURS[si % COLOURS.len()]),
+            swatch: Swatch::Marker {
+                colour,
+                shape,
+                filled: !series.modelled,
+            },
         });
     }
     layout::draw_legend(area, &entries, (78, caption_height), width - 94)?;
@@ -87,14 +94,35 @@ where
             }
         }
     }
-    for (si, series) in panel.series.iter().enumerate() {
-        let colour = COLOURS[si % COLOURS.len()];
-        chart.draw_series(
-            series
-                .points
-                .iter()
-                .map(|p| Circle::new((p.x, p.y), 4, colour.filled())),
-        )?;
+    let base = plot.get_base_pixel();
+    for si in drawing_order(panel) {
+        let series = &panel.series[si];
+        let (colour, shape, _) = marks::style(si);
+        for p in &series.points {
+            let (x, y) = chart.backend_coord(&(p.x, p.y));
+            marks::draw(
+                &plot,
+                (x - base.0, y - base.1),
+                shape,
+                colour,
+                !series.modelled,
+                5,
+            )?;
+        }
     }
     Ok(())
+}
+
+/// The order series are drawn in, so that none hides another: measured
+/// (filled) series first, under the outlines of the modelled ones; within
+/// each, the largest first, so that a small group is drawn on top of a
+/// large one instead of under it. Each series has its own shape, so two
+/// outlines at one position both show.
+fn drawing_order(panel: &ScatterPanel) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..panel.series.len()).collect();
+    order.sort_by_key(|&i| {
+        let s = &panel.series[i];
+        (s.modelled, std::cmp::Reverse(s.points.len()))
+    });
+    order
 }
