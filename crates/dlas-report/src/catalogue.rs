@@ -12,7 +12,7 @@ use crate::claims::{Checked, Context, Observation};
 use crate::figure::FigureData;
 use crate::inputs::{Artifact, Inputs, Selection, device_kinds, networks_of};
 use crate::page::Page;
-use crate::paper_map::Mapped;
+use crate::paper_map::{Item, Mapped};
 use crate::table::Table;
 use anyhow::{Result, anyhow};
 
@@ -171,10 +171,11 @@ impl Catalogue {
         let mut out = Vec::new();
         let mut built_tables = Vec::new();
         for n in tables {
-            let t = match (verdicts, &checked) {
+            let mut t = match (verdicts, &checked) {
                 (Some((v, verdict_table)), Some(checked)) if v == n => verdict_table(checked),
                 _ => (self.table)(n, inputs)?,
             };
+            t.title = crate::paper_map::titled(self.paper_map, Item::Table(n), &t.title);
             let stem = format!("{}/table{n}", to.table_dir);
             out.push(Artifact {
                 path: format!("{stem}.md").into(),
@@ -198,7 +199,8 @@ impl Catalogue {
         }
         let mut built_figures = Vec::new();
         for n in figures {
-            let f = (self.figure)(n, inputs)?;
+            let mut f = (self.figure)(n, inputs)?;
+            f.title = crate::paper_map::titled(self.paper_map, Item::Figure(n), &f.title);
             let draw_error = |e| anyhow!("cannot draw figure {n}: {e}");
             let svg = f.svg().map_err(draw_error)?;
             let png = f.png().map_err(draw_error)?;

@@ -66,6 +66,22 @@ pub fn line(map: &[Mapped], selection: Selection) -> Option<String> {
     })
 }
 
+/// The addition's own number ("A1") when the map says `item` is one.
+pub fn addition(map: &[Mapped], item: Item) -> Option<&'static str> {
+    let rest = find(map, item)?.paper.strip_prefix("addition ")?;
+    rest.split_whitespace().next()
+}
+
+/// `title` marked with its addition number when `item` is an addition, so
+/// a reader of the output alone sees it has no counterpart in the paper
+/// although it shares the paper's numbering.
+pub fn titled(map: &[Mapped], item: Item, title: &str) -> String {
+    match addition(map, item) {
+        Some(a) => format!("(addition {a}) {title}"),
+        None => title.to_string(),
+    }
+}
+
 fn cell(text: &str) -> String {
     text.replace('|', "\\|")
 }
