@@ -45,7 +45,7 @@ enum Command {
     Compare(cmd::compare::Args),
     /// Throughput metrics of compiled against baseline configurations (RTR, ASE, BSR).
     Metrics(cmd::metrics::Args),
-    /// Check the study's thirteen observations on results files.
+    /// Check the study's thirteen observations (XI and XII twice: native engine, TVM) on results files.
     Claims(cmd::claims::Args),
     /// Check that every runtime gives the same logits on the zoo's networks.
     #[cfg(feature = "host")]

@@ -298,8 +298,11 @@ fn claims_are_checked_on_each_results_file() {
     for file in [mock, host] {
         assert!(out.contains(&format!("{file}\n")), "{out}");
     }
-    // Thirteen verdicts per file, each with the devices it checked.
-    assert_eq!(out.matches("        devices: ").count(), 26, "{out}");
+    // Fifteen verdicts per file (the thirteen, and XI and XII again on
+    // TVM's rows), each with the devices it checked and its basis.
+    assert_eq!(out.matches("        devices: ").count(), 30, "{out}");
+    assert_eq!(out.matches("        basis: ").count(), 30, "{out}");
+    assert!(out.contains("        basis: measured on host\n"), "{out}");
     assert!(out.contains("  XIII  holds\n"), "{out}");
     assert!(
         out.contains("no cell measured on both i7 and hikey970-cpu"),

@@ -1,4 +1,4 @@
-//! `dlas claims RESULTS...`: the study's thirteen observations (or, with
+//! `dlas claims RESULTS...`: the study's thirteen observations (XI and XII twice: native engine, TVM) (or, with
 //! `--study compilers`, the compiler study's findings) checked on each
 //! results file, e.g. one measured on a reviewer's own machine.
 

@@ -239,13 +239,20 @@ impl<'a> Cells<'a> {
     /// formats or files, its fastest time counts.
     /// `drift` is the factor within which measured times tie ([`Time`]).
     pub fn new(rows: &'a [ResultRow], drift: f64) -> Cells<'a> {
+        Cells::of_compiler(rows, dlas_core::NATIVE, drift)
+    }
+
+    /// The cells of another compiler with an algorithm axis (Apache TVM,
+    /// whose convolutions are legalized to the same three algorithms), for
+    /// the observations decided on its rows apart from the native engine's.
+    pub fn of_compiler(rows: &'a [ResultRow], compiler: &str, drift: f64) -> Cells<'a> {
         let mut times: BTreeMap<Key, BTreeMap<Algorithm, Time>> = BTreeMap::new();
         let mut order = Vec::new();
         for r in rows {
             let Some(ms) = r.median_ms else { continue };
             if r.batch != 1
                 || !r.status.has_timing()
-                || r.compiler != dlas_core::NATIVE
+                || r.compiler != compiler
                 || !r.algorithm.in_dlas_paper()
             {
                 continue;

@@ -256,6 +256,11 @@ impl<'a> Context<'a> {
     pub fn cells(&self) -> cells::Cells<'a> {
         cells::Cells::new(self.rows, cells::tie_factor(self.drift))
     }
+
+    /// The cells of `compiler`'s rows ([`cells::Cells::of_compiler`]).
+    pub fn cells_of(&self, compiler: &str) -> cells::Cells<'a> {
+        cells::Cells::of_compiler(self.rows, compiler, cells::tie_factor(self.drift))
+    }
 }
 
 /// One observation of the study and its check.
