@@ -97,12 +97,19 @@ pub fn runners_of(combinations: &[Combination]) -> Vec<((Dataset, String), Vec<R
 /// with the reference: [`REFERENCE`] when the network lists it, otherwise
 /// its first runner. A runner that fails is reported with its reason and
 /// the others go on; so is every runner of a network whose reference fails.
+/// Each agreement goes to `found` as soon as it is known (an untuned TVM
+/// build of an ImageNet network runs for minutes, and a check of a whole
+/// study for hours: what is done is shown, and kept if it is stopped), and
+/// each runner's step is shown on standard error while it runs.
 pub fn crosscheck(
     project_root: &Path,
     study: &Study,
     networks: &[((Dataset, String), Vec<Runner>)],
     seed: u64,
+    found: &mut dyn FnMut(&Agreement),
 ) -> Result<Vec<Agreement>> {
+    let steps: usize = networks.iter().map(|(_, r)| r.len()).sum();
+    let mut step = 0;
     let needs_ort = networks
         .iter()
         .any(|(_, runners)| runners.iter().any(|r| r.compiler.starts_with("ort-")));
@@ -134,7 +141,12 @@ pub fn crosscheck(
             tvm: None,
         };
         let input = models::input(&c, seed);
-        let run = |r: &Runner| -> Result<Vec<f32>, String> {
+        let mut run = |r: &Runner| -> Result<Vec<f32>, String> {
+            step += 1;
+            let _shown = crate::progress::spinner(&format!(
+                "crosscheck {step}/{steps}: {dataset}/{model} {}",
+                r.name()
+            ));
             if let (true, Err(e)) = (r.compiler.starts_with("ort-"), &ort) {
                 return Err(e.clone());
             }
@@ -177,13 +189,15 @@ pub fn crosscheck(
                 Err(e) => Err(e.clone()),
                 Ok(expected) => run(runner).map(|output| relative_l2(&output, expected)),
             };
-            out.push(Agreement {
+            let agreement = Agreement {
                 dataset: *dataset,
                 model: model.clone(),
                 compiler: runner.name(),
                 relative_l2,
                 tolerance: tolerance(&runner.compiler),
-            });
+            };
+            found(&agreement);
+            out.push(agreement);
         }
     }
     Ok(out)

@@ -46,7 +46,7 @@ fn cifar10_networks_agree_across_runtimes_and_the_native_engine() {
             (net, runners)
         })
         .collect();
-    let agreements = crosscheck(&root, &study, &networks, 7).unwrap();
+    let agreements = crosscheck(&root, &study, &networks, 7, &mut |_| {}).unwrap();
     assert_eq!(
         agreements.len(),
         4 * 9,
@@ -88,7 +88,7 @@ fn crosscheck_compares_the_listed_compilers_and_goes_past_a_failure() {
             algorithm: dlas_core::Algorithm::Auto,
         },
     );
-    let agreements = crosscheck(&root, &study, &networks, 7).unwrap();
+    let agreements = crosscheck(&root, &study, &networks, 7, &mut |_| {}).unwrap();
     let of = |name: &str| agreements.iter().find(|a| a.compiler == name).unwrap();
     assert!(of("no-such-runtime").relative_l2.is_err());
     assert!(of("native gemm").agrees(), "{:?}", of("native gemm"));

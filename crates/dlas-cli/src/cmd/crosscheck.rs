@@ -29,29 +29,35 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
         dlas_core::errln!("error: the selection has no dense host combination to cross-check");
         return Ok(ExitCode::FAILURE);
     }
-    let agreements = crosscheck(&project.root, &study, &networks, study.protocol.seed)?;
     dlas_core::outln!("dataset,model,compiler,relative_l2,tolerance,verdict");
-    let (mut agree, mut differ, mut failed) = (0, 0, 0);
-    for a in &agreements {
-        let (value, verdict) = match &a.relative_l2 {
-            Ok(e) if a.agrees() => (format!("{e:.3e}"), "agrees".to_string()),
-            Ok(e) => (format!("{e:.3e}"), "differs".to_string()),
-            Err(why) => (String::new(), format!("failed: {why}")),
-        };
-        match (&a.relative_l2, a.agrees()) {
-            (_, true) => agree += 1,
-            (Ok(_), false) => differ += 1,
-            (Err(_), _) => failed += 1,
-        }
-        dlas_core::outln!(
-            "{},{},{},{value},{:e},\"{}\"",
-            a.dataset,
-            a.model,
-            a.compiler,
-            a.tolerance,
-            verdict.replace('"', "'")
-        );
-    }
+    // Each comparison is printed as soon as it is known.
+    let agreements = crosscheck(
+        &project.root,
+        &study,
+        &networks,
+        study.protocol.seed,
+        &mut |a| {
+            let (value, verdict) = match &a.relative_l2 {
+                Ok(e) if a.agrees() => (format!("{e:.3e}"), "agrees".to_string()),
+                Ok(e) => (format!("{e:.3e}"), "differs".to_string()),
+                Err(why) => (String::new(), format!("failed: {why}")),
+            };
+            dlas_core::outln!(
+                "{},{},{},{value},{:e},\"{}\"",
+                a.dataset,
+                a.model,
+                a.compiler,
+                a.tolerance,
+                verdict.replace('"', "'")
+            );
+        },
+    )?;
+    let agree = agreements.iter().filter(|a| a.agrees()).count();
+    let differ = agreements
+        .iter()
+        .filter(|a| a.relative_l2.is_ok() && !a.agrees())
+        .count();
+    let failed = agreements.iter().filter(|a| a.relative_l2.is_err()).count();
     // The worst error against its tolerance, per tolerance.
     let mut worst: std::collections::BTreeMap<String, f64> = Default::default();
     for a in &agreements {
