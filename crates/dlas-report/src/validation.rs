@@ -239,7 +239,8 @@ pub fn by_group(rows: &[Validated]) -> Vec<(&'static str, String, Errors)> {
 }
 
 /// The label of the measured validation rows in the checked observations.
-pub const MEASURED: &str = "host, measured (the validation table's rows: every native row of the calibrated machine)";
+pub const MEASURED: &str =
+    "host, measured (the validation table's rows: every native row of the calibrated machine)";
 /// The label of the model's predictions of the same rows.
 pub const MODELLED: &str = "host, modelled (the same rows, predicted)";
 
