@@ -142,30 +142,26 @@ const QUOTES: &[Quote] = &[
     Quote {
         document: "README.md",
         pattern: r"against (\d+) native rows .{0,600}? the model's typical error is a factor ([\d.]+) \(median \|ln\(predicted/measured\)\| ([\d.]+);.{0,100}? it orders (\d+)% of the pairs",
-        expected: |f| {
-            let (rows, ln, pairs) = f.validation;
-            vec![
-                rows.to_string(),
-                format!("{:.2}", ln.exp()),
-                format!("{ln:.3}"),
-                pairs.to_string(),
-            ]
-        },
+        expected: validation_quote,
     },
     Quote {
         document: "ARTIFACT.md",
         pattern: r"(\d+) native rows, all out of sample.{0,1200}? Typical error a factor ([\d.]+) \(median \|ln\(predicted/measured\)\| ([\d.]+),.{0,120}? (\d+)% of the [\d,]+ pairs",
-        expected: |f| {
-            let (rows, ln, pairs) = f.validation;
-            vec![
-                rows.to_string(),
-                format!("{:.2}", ln.exp()),
-                format!("{ln:.3}"),
-                pairs.to_string(),
-            ]
-        },
+        expected: validation_quote,
     },
 ];
+
+/// What README and ARTIFACT.md quote of the validation: its rows, typical
+/// factor, median |ln| and share of ordered pairs.
+fn validation_quote(f: &Facts) -> Vec<String> {
+    let (rows, ln, pairs) = f.validation;
+    vec![
+        rows.to_string(),
+        format!("{:.2}", ln.exp()),
+        format!("{ln:.3}"),
+        pairs.to_string(),
+    ]
+}
 
 /// Every quote that does not read what it should, as one line each.
 fn stale(documents: &dyn Fn(&str) -> String, facts: &Facts) -> Vec<String> {

@@ -86,7 +86,7 @@ pub const PAPER_MAP: &[Mapped] = &[
     Mapped {
         item: Item::Figure(10),
         paper: "addition A2 of this artifact, no counterpart in the paper (the paper ran TVM only, against no other runtime)",
-        differs: "the systems-software layer measured: the native engine's fastest algorithm, untuned and tuned, against tract and ONNX Runtime (the paper compared TVM untuned and tuned only)",
+        differs: "the systems-software layer measured: the native engine's fastest algorithm, untuned and tuned, against tract, ONNX Runtime, OpenVINO and TVM (the paper compared TVM untuned and tuned only)",
     },
     Mapped {
         item: Item::Table(1),

@@ -218,7 +218,7 @@ pub fn table(inputs: &Inputs, number: usize) -> Table {
     }
     Table {
         number,
-        title: "Systems software on the measured devices: the native engine's fastest algorithm against tract and ONNX Runtime (median ms [95% CI], batch 1, measured)".into(),
+        title: "Systems software on the measured devices: the native engine's fastest algorithm against tract, ONNX Runtime, OpenVINO and TVM (median ms [95% CI], batch 1, measured)".into(),
         columns: header,
         rows: body,
         footer: format!(
@@ -271,7 +271,7 @@ pub fn figure(inputs: &Inputs, number: usize) -> FigureData {
     }
     FigureData {
         number,
-        title: "The native engine against tract and ONNX Runtime on the measured devices (batch 1)"
+        title: "The native engine against tract, ONNX Runtime, OpenVINO and TVM on the measured devices (batch 1)"
             .into(),
         y_label: "median inference time (ms)".into(),
         log_y: true,
