@@ -64,7 +64,7 @@ fn malformed_study_names_file_line_and_column() {
     let unknown = dir.path().join("unknown.toml");
     std::fs::write(&unknown, text.replace("\"vgg16\"", "\"vgg19\"")).unwrap();
     let err = fails(&["plan", "--study", unknown.to_str().unwrap()]);
-    assert!(err.contains("unknown.toml:39:"), "{err}");
+    assert!(err.contains("unknown.toml:42:"), "{err}");
     assert!(
         err.contains(
             "unknown cifar10 model `vgg19`; valid values: resnet18, mobilenetv1, mobilenetv2, vgg16"

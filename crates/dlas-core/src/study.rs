@@ -223,6 +223,10 @@ impl Study {
             .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
         check_bound("protocol.max_runs", p.max_runs(), &RUNS)
             .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        if let Some(n) = p.budget_runs {
+            check_bound("protocol.budget_runs", n, &RUNS)
+                .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        }
         check_bound("protocol.interleave", p.interleave, &INTERLEAVE)
             .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
         check_timeout("protocol.budget_s", p.budget_s).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;

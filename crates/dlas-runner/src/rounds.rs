@@ -61,8 +61,11 @@ pub struct Adaptive {
     /// Target: the median's 95% interval within ±`half_width` (relative).
     pub half_width: f64,
     /// Time (timed and re-warming runs) after which a configuration stops
-    /// once it has `min_runs`.
+    /// once it has `budget_runs`.
     pub budget: Duration,
+    /// Timed runs before the budget may stop a configuration (at least
+    /// `min_runs`): a slow configuration's budget grows with its time.
+    pub budget_runs: usize,
     /// Time (loading, warm-up, timed and re-warming runs) after which a
     /// configuration stops: with the runs it has once it has `min_runs`,
     /// as failed before. The watchdog enforces it even on a run that
@@ -83,6 +86,12 @@ impl Adaptive {
         }
     }
 
+    /// Timed runs before the budget may stop a configuration: `budget_runs`,
+    /// never fewer than `min_runs`.
+    fn least_at_budget(&self) -> usize {
+        self.budget_runs.max(self.min_runs)
+    }
+
     /// Exactly `runs` timed runs: the protocol of a quick or scripted run.
     pub fn fixed(warmup: usize, runs: usize, timeout: Duration) -> Adaptive {
         Adaptive {
@@ -91,6 +100,7 @@ impl Adaptive {
             max_runs: runs,
             half_width: 0.0,
             budget: timeout,
+            budget_runs: runs,
             timeout,
         }
     }
@@ -466,7 +476,7 @@ fn turn(
         // Enough runs, too few of them in the near state: the budget
         // ends it, with the near-state runs it has, or all of them if
         // none was near (`State::outcome`).
-        if n >= protocol.min_runs && state.spent >= protocol.budget {
+        if n >= protocol.least_at_budget() && state.spent >= protocol.budget {
             return Ok(Some(Stop::Budget));
         }
         if n >= protocol.min_runs && state.spent >= protocol.timeout {
@@ -486,7 +496,7 @@ fn turn(
     if summary.half_width() <= protocol.half_width {
         return Ok(Some(Stop::Precise));
     }
-    if state.spent >= protocol.budget {
+    if state.spent >= protocol.budget && counted.len() >= protocol.least_at_budget() {
         return Ok(Some(Stop::Budget));
     }
     if state.spent >= protocol.timeout {
@@ -569,8 +579,41 @@ mod tests {
             max_runs: 100_000,
             half_width: 0.01,
             budget: Duration::from_secs(3),
+            budget_runs: 20,
             timeout: Duration::from_secs(30),
         }
+    }
+
+    /// A configuration slower than a burst gets one timed run a turn, so
+    /// a budget of time alone leaves it few runs; `budget_runs` holds the
+    /// budget open until it has that many (the slow-row protocol of
+    /// docs/protocol.md).
+    #[test]
+    fn a_slow_configuration_runs_on_past_its_budget_to_its_budget_runs() {
+        let timed = |budget_runs: usize| {
+            let log = Default::default();
+            // 110, 150 and 130 ms in turn (three, so that the timed runs,
+            // every second run, see all three): a median whose interval
+            // never narrows to ±1%, so only the budget stops it.
+            let slots = vec![slot(0, vec![110_000, 150_000, 130_000], &log)];
+            let protocol = Adaptive {
+                warmup: 0,
+                min_runs: 3,
+                budget: Duration::from_millis(300),
+                budget_runs,
+                ..protocol()
+            };
+            match run(slots, protocol).remove(0).1 {
+                Outcome::Measured { samples, stop, .. } => {
+                    assert_eq!(stop, Stop::Budget);
+                    samples.len()
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        // Time alone: the budget is spent within the first turns.
+        assert!(timed(3) < 6, "{}", timed(3));
+        assert_eq!(timed(8), 8);
     }
 
     #[test]

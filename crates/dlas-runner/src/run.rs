@@ -161,6 +161,7 @@ pub fn run_host(
         ("max_runs".into(), p.max_runs.to_string()),
         ("half_width".into(), p.half_width.to_string()),
         ("budget_s".into(), p.budget.as_secs_f64().to_string()),
+        ("budget_runs".into(), p.budget_runs.to_string()),
         ("timeout_s".into(), p.timeout.as_secs_f64().to_string()),
         ("interleave".into(), config.interleave.to_string()),
         ("burst_ms".into(), rounds::BURST.as_millis().to_string()),
@@ -168,7 +169,9 @@ pub fn run_host(
         ("seed".into(), config.seed.to_string()),
     ];
     let tuned = if todo.iter().any(|c| c.is_native() && c.tuned) {
-        Tuned::load(&config.tuning, config.foreign_tuning).map_err(|e| format!("{e:#}"))
+        Tuned::load(&config.tuning, config.foreign_tuning)
+            .and_then(|t| t.named_in(&config.project_root, &config.results))
+            .map_err(|e| format!("{e:#}"))
     } else {
         Err("no tuned combination selected".into())
     };

@@ -35,6 +35,32 @@ pub fn best_path(results_dir: &Path) -> PathBuf {
     results_dir.join("tuning").join("best.json")
 }
 
+/// How a row names the best-of file its schedules came from: by its path
+/// in the project. Rows written to a committed store (a results file under
+/// the project's `data/`) may name only a file of that tree, so that a
+/// reader has what every row names (an earlier campaign's rows named a
+/// git-ignored scratch file).
+pub fn committed_name(project_root: &Path, results: &Path, tuning: &Path) -> Result<PathBuf> {
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let root = real(project_root);
+    let data = root.join("data");
+    let store = real(results.parent().unwrap_or(Path::new(".")));
+    let file = real(tuning);
+    if store.starts_with(&data) && !file.starts_with(&data) {
+        bail!(
+            "{} lies outside {}, yet the rows go to {}, a committed store: its rows may name only committed files; copy the schedules to {} (or pass --tuning with a file under data/, or write the rows elsewhere with --out)",
+            tuning.display(),
+            data.display(),
+            results.display(),
+            best_path(&store).display()
+        );
+    }
+    Ok(file
+        .strip_prefix(&root)
+        .map(Path::to_path_buf)
+        .unwrap_or(file))
+}
+
 /// The `dlas tune` command that produces records for combination `c`.
 pub fn tune_command(study: &Study, c: &Combination) -> String {
     let filter: Vec<String> = [
@@ -328,6 +354,12 @@ impl Tuned {
         }
     }
 
+    /// Names the file as [`committed_name`] does, or refuses it.
+    pub fn named_in(mut self, project_root: &Path, results: &Path) -> Result<Tuned> {
+        self.path = committed_name(project_root, results, &self.path)?;
+        Ok(self)
+    }
+
     pub fn table(&self, threads: usize, batch: usize) -> ScheduleTable {
         self.best.table(&self.fingerprint, threads, batch)
     }
@@ -405,5 +437,35 @@ impl Progress {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A committed store takes schedules only from the committed tree; a
+    /// store elsewhere (a scratch run) may take them from anywhere. The
+    /// paths do not exist, so they are compared as written.
+    #[test]
+    fn committed_rows_name_only_committed_tuning_files() {
+        let root = Path::new("/nowhere/dlas");
+        let store = root.join("data/results/dlas/host.csv");
+        let scratch = root.join(".probe-out/rec36/tuning/best.json");
+        let committed = root.join("data/results/dlas/tuning/best.json");
+        assert_eq!(
+            committed_name(root, &store, &committed).unwrap(),
+            Path::new("data/results/dlas/tuning/best.json")
+        );
+        let refused = committed_name(root, &store, &scratch).unwrap_err();
+        assert!(
+            format!("{refused}").contains("may name only committed files"),
+            "{refused}"
+        );
+        let elsewhere = Path::new("/tmp/probe/host.csv");
+        assert_eq!(
+            committed_name(root, elsewhere, &scratch).unwrap(),
+            Path::new(".probe-out/rec36/tuning/best.json")
+        );
     }
 }

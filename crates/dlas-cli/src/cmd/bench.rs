@@ -227,6 +227,7 @@ fn engine(
         max_runs: 1000,
         half_width: 0.01,
         budget,
+        budget_runs: runs,
         timeout: Duration::from_secs(600),
     };
     dlas_core::outln!(

@@ -209,6 +209,7 @@ fn host_protocol(study: &dlas_core::study::Protocol, args: &Args) -> Adaptive {
             max_runs: study.max_runs(),
             half_width: study.half_width,
             budget: Duration::from_secs_f64(args.budget.unwrap_or(study.budget_s)),
+            budget_runs: study.budget_runs(),
             timeout,
         },
     }
