@@ -227,6 +227,11 @@ fn killed_tuning_resumes_without_measuring_twice() {
         text.lines().count() > before,
         "the second run measured more"
     );
-    assert!(per_task.values().all(|&n| n <= 12), "{per_task:?}");
+    // One budget of 12 trials per layer for the whole run, spread by the
+    // task scheduler: some layers get more than 12, the run no more.
+    assert!(
+        per_task.values().sum::<usize>() <= 12 * per_task.len(),
+        "{per_task:?}"
+    );
     assert!(dir.path().join("best.json").exists());
 }

@@ -14,6 +14,7 @@ use crate::models::Models;
 use anyhow::{Context, Result, bail};
 use dlas_core::{Combination, Compression, Study};
 use dlas_engine::{KernelAlgorithm, LayerKey, ScheduleTable, workload_of};
+use dlas_tune::allocate::{self, Split, TaskState};
 use dlas_tune::records::{self, VERSION};
 use dlas_tune::search::State;
 use dlas_tune::{
@@ -21,7 +22,7 @@ use dlas_tune::{
 };
 use dlas_zoo::weights::Params;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -91,6 +92,8 @@ pub struct TuneConfig {
     pub budget: Budget,
     pub timer: Timer,
     pub seed: u64,
+    /// How the budget is spread over the layers.
+    pub split: Split,
 }
 
 /// One task to search, with the weights it is measured on.
@@ -99,6 +102,9 @@ pub struct Task {
     pub weights: Vec<f32>,
     /// The first combination that needs it (for messages).
     pub first_needed_by: String,
+    /// How many times the layer runs in one inference of each tuned
+    /// combination, summed over them: the task scheduler's weight.
+    pub weight: f64,
 }
 
 /// What a tuning run did.
@@ -136,8 +142,8 @@ pub fn tasks(
     skipped: &mut BTreeMap<String, usize>,
     models: &mut Models,
 ) -> Result<Vec<Task>> {
-    let mut seen = HashSet::new();
-    let mut tasks = Vec::new();
+    let mut index: HashMap<TaskKey, usize> = HashMap::new();
+    let mut tasks: Vec<Task> = Vec::new();
     for c in combinations {
         if !c.is_native() || !c.tuned {
             continue;
@@ -194,12 +200,20 @@ pub fn tasks(
                 threads,
                 batch: c.batch,
             };
-            if layer.tunable() && seen.insert(key) {
-                tasks.push(Task {
-                    key,
-                    weights: wt.clone(),
-                    first_needed_by: c.canonical(),
-                });
+            if !layer.tunable() {
+                continue;
+            }
+            match index.get(&key) {
+                Some(&i) => tasks[i].weight += 1.0,
+                None => {
+                    index.insert(key, tasks.len());
+                    tasks.push(Task {
+                        key,
+                        weights: wt.clone(),
+                        first_needed_by: c.canonical(),
+                        weight: 1.0,
+                    });
+                }
             }
         }
     }
@@ -214,7 +228,31 @@ fn cannot_run(skipped: &mut BTreeMap<String, usize>, reason: impl std::fmt::Disp
         .or_default() += 1;
 }
 
-/// Searches every task of `combinations` on this machine.
+/// The record of one measurement of `task` on the machine `fingerprint`.
+fn record_of(
+    fingerprint: &str,
+    task: TaskKey,
+    schedule: dlas_engine::Schedule,
+    phase: Phase,
+    result: &Result<Vec<f64>>,
+) -> Record {
+    Record {
+        version: VERSION,
+        fingerprint: fingerprint.to_string(),
+        task,
+        schedule,
+        costs_ms: result.as_ref().ok().cloned().unwrap_or_default(),
+        error: result.as_ref().err().map(|e| format!("{e:#}")),
+        timestamp: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        phase,
+    }
+}
+
+/// Searches every task of `combinations` on this machine: one budget of
+/// the configured trials per task, spread over the tasks by the task
+/// scheduler ([`allocate`]), then each task's finalists confirmed.
 pub fn tune_host(
     study: &Study,
     combinations: &[Combination],
@@ -240,40 +278,65 @@ pub fn tune_host(
         history.entry(r.task).or_default().push(r.clone());
     }
     let mut log = RecordLog::open(&config.records)?;
-    let progress = Progress::new(tasks.len());
-    for (i, task) in tasks.iter().enumerate() {
-        let problem = LayerProblem::new(
-            task.key.layer,
-            task.weights.clone(),
-            task.key.threads,
-            task.key.batch,
-        )?;
+    let problems = tasks
+        .iter()
+        .map(|t| LayerProblem::new(t.key.layer, t.weights.clone(), t.key.threads, t.key.batch))
+        .collect::<Result<Vec<_>>>()?;
+    // The budget is the study's trials per task times the tasks, handed
+    // out a chunk at a time by the task scheduler ([`allocate`]).
+    let chunk = config.split.chunk(config.budget.trials);
+    let total = config.budget.trials * tasks.len();
+    let mut states: Vec<TaskState> = tasks
+        .iter()
+        .map(|t| {
+            let past = history.get(&t.key).map_or(&[][..], Vec::as_slice);
+            let trials = past.iter().filter(|r| r.phase == Phase::Search).count();
+            TaskState {
+                weight: t.weight,
+                trials,
+                best_ms: f64::INFINITY,
+                best_before_ms: f64::INFINITY,
+                ended: config.split.one_chunk_each() && trials >= chunk,
+            }
+        })
+        .collect();
+    let at_start: Vec<usize> = states.iter().map(|t| t.trials).collect();
+    let mut rejected = vec![0usize; tasks.len()];
+    let progress = Progress::new(total, tasks.len());
+    progress.spent(states.iter().map(|t| t.trials).sum());
+    let mut chunks = vec![0usize; tasks.len()];
+    loop {
+        let spent: usize = states.iter().map(|t| t.trials).sum();
+        if spent >= total {
+            break;
+        }
+        let Some(i) = allocate::next(&states, chunk) else {
+            break;
+        };
+        let task = &tasks[i];
+        let trials = match config.split {
+            Split::Equal => chunk,
+            Split::ByShare => states[i].trials + chunk.min(total - spent),
+        };
+        let budget = Budget {
+            trials,
+            ..config.budget
+        };
         let past = history.get(&task.key).map_or(&[][..], Vec::as_slice);
-        let task_started = Instant::now();
-        let before = past.iter().filter(|r| r.phase == Phase::Search).count();
-        let outcome = dlas_tune::tune(
-            &problem,
-            config.budget,
+        let chunk_started = Instant::now();
+        let mut fresh = Vec::new();
+        let searched = dlas_tune::search(
+            &problems[i],
+            budget,
             &config.timer,
             past,
             config.seed,
             &mut |schedule, phase, result, state: State| {
-                let record = Record {
-                    version: VERSION,
-                    fingerprint: fingerprint.clone(),
-                    task: task.key,
-                    schedule,
-                    costs_ms: result.as_ref().ok().cloned().unwrap_or_default(),
-                    error: result.as_ref().err().map(|e| format!("{e:#}")),
-                    timestamp: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs()),
-                    phase,
-                };
+                let record = record_of(&fingerprint, task.key, schedule, phase, result);
                 log.append(&record)?;
-                all.push(record);
-                let rate = (state.trials - before) as f64 / task_started.elapsed().as_secs_f64();
-                progress.trial(i, &task.key, state, config.budget, rate);
+                fresh.push(record);
+                let rate = fresh.len() as f64 / chunk_started.elapsed().as_secs_f64();
+                progress.trial(&task.key, state, rate);
                 Ok(())
             },
         )
@@ -283,6 +346,55 @@ pub fn tune_host(
                 task.key, task.first_needed_by
             )
         })?;
+        progress.spent(fresh.len());
+        history
+            .entry(task.key)
+            .or_default()
+            .extend(fresh.iter().cloned());
+        all.extend(fresh);
+        chunks[i] += 1;
+        rejected[i] += searched.rejected;
+        report.failed += searched.failed;
+        let t = &mut states[i];
+        t.best_before_ms = t.best_ms;
+        t.best_ms = searched.best_ms;
+        t.trials = searched.trials;
+        t.ended = searched.stop != StopReason::Budget || config.split.one_chunk_each();
+        if searched.new_trials > 0 {
+            BestOf::from_records(&all).save(&config.best)?;
+        }
+    }
+    // Each task's finalists confirmed once, when the budget is spent.
+    for (i, task) in tasks.iter().enumerate() {
+        let past = history.get(&task.key).map_or(&[][..], Vec::as_slice);
+        let mut fresh = Vec::new();
+        let mut outcome = dlas_tune::tune(
+            &problems[i],
+            Budget {
+                trials: states[i].trials,
+                ..config.budget
+            },
+            &config.timer,
+            past,
+            config.seed,
+            &mut |schedule, phase, result, state: State| {
+                let record = record_of(&fingerprint, task.key, schedule, phase, result);
+                log.append(&record)?;
+                fresh.push(record);
+                progress.trial(&task.key, state, 0.0);
+                Ok(())
+            },
+        )
+        .with_context(|| {
+            format!(
+                "confirming {} (first needed by {})",
+                task.key, task.first_needed_by
+            )
+        })?;
+        // Trials this run measured for the task, in its chunks.
+        outcome.new_trials += states[i].trials.saturating_sub(at_start[i]);
+        outcome.rejected = rejected[i];
+        all.extend(fresh);
         if outcome.new_trials + outcome.new_confirmations > 0 {
             report.searched += 1;
             BestOf::from_records(&all).save(&config.best)?;
@@ -291,14 +403,13 @@ pub fn tune_host(
         report.new_confirmations += outcome.new_confirmations;
         report.trials += outcome.trials;
         report.rejected += outcome.rejected;
-        report.failed += outcome.failed;
         if let Some(d) = outcome.default_ms {
             report.speedups.push(d / outcome.best_ms);
         }
         if outcome.confirmed {
             report.curse.push(outcome.search_best_ms / outcome.best_ms);
         }
-        progress.task_done(i, &task.key, &outcome);
+        progress.task_done(i, &task.key, &outcome, (chunks[i], task.weight));
     }
     if !config.best.exists() {
         BestOf::from_records(&all).save(&config.best)?;
@@ -365,39 +476,54 @@ impl Tuned {
     }
 }
 
-/// A progress bar on a terminal (best so far, trials per second, ETA over
-/// tasks), one line per task otherwise.
+/// A progress bar over the trial budget on a terminal (the task searched,
+/// its best so far, trials per second), one line per task otherwise.
 struct Progress {
     bar: Option<ProgressBar>,
-    total: usize,
+    tasks: usize,
 }
 
 impl Progress {
-    fn new(total: usize) -> Progress {
+    fn new(trials: usize, tasks: usize) -> Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::new(total as u64);
+            let bar = ProgressBar::new(trials as u64);
             bar.set_style(
-                ProgressStyle::with_template("{bar:30} {pos}/{len} tasks, eta {eta} {msg}")
+                ProgressStyle::with_template("{bar:30} {pos}/{len} trials, eta {eta} {msg}")
                     .expect("valid template"),
             );
             bar
         });
-        Progress { bar, total }
+        Progress { bar, tasks }
     }
 
-    fn trial(&self, _i: usize, task: &TaskKey, state: State, budget: Budget, rate: f64) {
+    /// `n` more trials of the budget spent.
+    fn spent(&self, n: usize) {
+        if let Some(bar) = &self.bar {
+            bar.inc(n as u64);
+        }
+    }
+
+    fn trial(&self, task: &TaskKey, state: State, rate: f64) {
         if let Some(bar) = &self.bar {
             let speedup = state.default_ms.map_or(String::new(), |d| {
                 format!(" ({:.2}x default)", d / state.best_ms)
             });
             bar.set_message(format!(
-                "{}: trial {}/{} best {:.4} ms{speedup}, {rate:.1} trials/s",
-                task.layer.workload, state.trials, budget.trials, state.best_ms
+                "{}: trial {} best {:.4} ms{speedup}, {rate:.1} trials/s",
+                task.layer.workload, state.trials, state.best_ms
             ));
         }
     }
 
-    fn task_done(&self, i: usize, task: &TaskKey, o: &dlas_tune::Outcome) {
+    /// A task's line once it is confirmed, with the chunks the scheduler
+    /// gave it in this run and its weight.
+    fn task_done(
+        &self,
+        i: usize,
+        task: &TaskKey,
+        o: &dlas_tune::Outcome,
+        (chunks, weight): (usize, f64),
+    ) {
         let stop = match o.stop {
             StopReason::Budget => "budget",
             StopReason::EarlyStop => "early stop",
@@ -412,9 +538,9 @@ impl Progress {
             String::new()
         };
         let line = format!(
-            "[{}/{}] {task}: best {:.4} ms{confirmed}{} after {} trials ({} new, {} rejected, {stop})",
+            "[{}/{}] {task} (runs {weight:.0}x in the networks): best {:.4} ms{confirmed}{} after {} trials ({} new in {chunks} chunk(s), {} rejected, {stop})",
             i + 1,
-            self.total,
+            self.tasks,
             o.best_ms,
             o.default_ms.map_or(String::new(), |d| format!(
                 ", {:.2}x over default",
@@ -425,10 +551,7 @@ impl Progress {
             o.rejected,
         );
         match &self.bar {
-            Some(bar) => {
-                bar.println(line);
-                bar.inc(1);
-            }
+            Some(bar) => bar.println(line),
             None => dlas_core::errln!("{line}"),
         }
     }

@@ -11,6 +11,8 @@
 //!   `time_evaluator` protocol: repeats of enough runs to last a minimum time);
 //! - [`search`]: the evolutionary search with a trial budget and early stop,
 //!   resumable from the records of an interrupted search;
+//! - [`allocate`]: the task scheduler, one budget spread over a run's layers
+//!   by their share of the networks' time (Ansor's);
 //! - [`confirm`]: which schedule a search keeps: its finalists re-measured
 //!   in interleaved rounds (against the winner's curse);
 //! - [`records`]: one JSON line per measured candidate, appended crash-safely,
@@ -23,6 +25,7 @@
 //! [`LayerKey`]: dlas_engine::LayerKey
 //! [`Schedule::validate`]: dlas_engine::Schedule::validate
 
+pub mod allocate;
 pub mod confirm;
 pub mod measure;
 pub mod records;
@@ -31,4 +34,4 @@ pub mod space;
 
 pub use measure::{LayerProblem, Timer};
 pub use records::{BestEntry, BestOf, Phase, Record, RecordLog, TaskKey};
-pub use search::{Budget, Outcome, StopReason, tune};
+pub use search::{Budget, Outcome, Searched, StopReason, search, tune};

@@ -99,11 +99,29 @@ const ELITES: usize = 8;
 /// Draws without a new valid candidate before the space counts as exhausted.
 const MAX_MISSES: usize = 2_000;
 
-/// Searches `problem`'s schedules. `history` is what earlier searches of
-/// the same task on this machine recorded, in log order (records of other
-/// tasks are ignored); `on_trial` is called after every measurement, before
-/// the next one starts (it appends the record). Errors from `on_trial`
-/// end the search.
+/// What a search alone found (before any confirmation).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Searched {
+    /// The search's best cost and the default's, as measured in the search.
+    pub best_ms: f64,
+    pub default_ms: Option<f64>,
+    /// Candidates measured, including those replayed from the history.
+    pub trials: usize,
+    /// Candidates measured by this call.
+    pub new_trials: usize,
+    /// Distinct candidates the engine rejected before measurement.
+    pub rejected: usize,
+    /// Measured candidates whose kernel failed.
+    pub failed: usize,
+    pub stop: StopReason,
+}
+
+/// Searches `problem`'s schedules, then confirms its finalists and decides
+/// which schedule it keeps. `history` is what earlier searches of the same
+/// task on this machine recorded, in log order (records of other tasks are
+/// ignored); `on_trial` is called after every measurement, before the next
+/// one starts (it appends the record). Errors from `on_trial` end the
+/// search.
 pub fn tune(
     problem: &LayerProblem,
     budget: Budget,
@@ -112,6 +130,82 @@ pub fn tune(
     seed: u64,
     on_trial: &mut OnTrial<'_>,
 ) -> Result<Outcome> {
+    let task = problem.task();
+    let mut history = measured_of(&task, history);
+    let searched = search_into(problem, budget, timer, &mut history, seed, on_trial)?;
+    // Confirmation: every finalist once per round, round after round, so
+    // that a change in the machine's load falls on all of them alike.
+    let finalists = confirm::finalists(&history);
+    let mut new_confirmations = 0;
+    if finalists.len() >= 2 {
+        let done = confirm::rounds_done(&history);
+        for round in 0..confirm::ROUNDS {
+            for &f in &finalists {
+                if done.get(&f).copied().unwrap_or(0) > round {
+                    continue;
+                }
+                let result = problem.measure(f, timer);
+                new_confirmations += 1;
+                let state = State {
+                    trials: searched.trials,
+                    best_ms: searched.best_ms,
+                    default_ms: searched.default_ms,
+                };
+                keep(f, Phase::Confirm, result, state, on_trial, &mut history)?;
+            }
+        }
+    }
+    let decision = confirm::decide(&history)
+        .ok_or_else(|| anyhow::anyhow!("no candidate of {task} could be measured"))?;
+    Ok(Outcome {
+        best: decision.best,
+        best_ms: decision.best_ms,
+        default_ms: decision.default_ms,
+        confirmed: decision.confirmed,
+        search_best_ms: searched.best_ms,
+        trials: searched.trials,
+        new_trials: searched.new_trials,
+        new_confirmations,
+        rejected: searched.rejected,
+        failed: searched.failed,
+        stop: searched.stop,
+    })
+}
+
+/// The search of [`tune`] alone, without confirmation: the task scheduler
+/// ([`crate::allocate`]) hands a task its trials a chunk at a time and
+/// confirms each task once, when the whole budget is spent.
+pub fn search(
+    problem: &LayerProblem,
+    budget: Budget,
+    timer: &Timer,
+    history: &[Record],
+    seed: u64,
+    on_trial: &mut OnTrial<'_>,
+) -> Result<Searched> {
+    let mut history = measured_of(&problem.task(), history);
+    search_into(problem, budget, timer, &mut history, seed, on_trial)
+}
+
+/// The records of `task` among `history`.
+fn measured_of(task: &crate::records::TaskKey, history: &[Record]) -> Vec<Measured> {
+    history
+        .iter()
+        .filter(|r| r.task == *task)
+        .map(Measured::from)
+        .collect()
+}
+
+/// The search loop: replays the search records of `history`, then
+/// measures candidates (appending them to `history`) until a stopping rule.
+fn search_into(
+    problem: &LayerProblem,
+    budget: Budget,
+    timer: &Timer,
+    history: &mut Vec<Measured>,
+    seed: u64,
+    on_trial: &mut OnTrial<'_>,
+) -> Result<Searched> {
     let task = problem.task();
     let w = task.layer.workload;
     let default = default_schedule(&task);
@@ -127,11 +221,6 @@ pub fn tune(
         since_best: 0,
     };
     let mut failed = 0;
-    let mut history: Vec<Measured> = history
-        .iter()
-        .filter(|r| r.task == task)
-        .map(Measured::from)
-        .collect();
     for m in history.iter().filter(|m| m.phase == Phase::Search) {
         seen.record(m.schedule, m.samples.as_deref().and_then(cost));
     }
@@ -179,45 +268,14 @@ pub fn tune(
             result,
             seen.state,
             on_trial,
-            &mut history,
+            history,
         )?;
     };
-    let search_best_ms = seen.state.best_ms;
-    // Confirmation: every finalist once per round, round after round, so
-    // that a change in the machine's load falls on all of them alike.
-    let finalists = confirm::finalists(&history);
-    let mut new_confirmations = 0;
-    if finalists.len() >= 2 {
-        let done = confirm::rounds_done(&history);
-        for round in 0..confirm::ROUNDS {
-            for &f in &finalists {
-                if done.get(&f).copied().unwrap_or(0) > round {
-                    continue;
-                }
-                let result = problem.measure(f, timer);
-                new_confirmations += 1;
-                keep(
-                    f,
-                    Phase::Confirm,
-                    result,
-                    seen.state,
-                    on_trial,
-                    &mut history,
-                )?;
-            }
-        }
-    }
-    let decision = confirm::decide(&history)
-        .ok_or_else(|| anyhow::anyhow!("no candidate of {task} could be measured"))?;
-    Ok(Outcome {
-        best: decision.best,
-        best_ms: decision.best_ms,
-        default_ms: decision.default_ms,
-        confirmed: decision.confirmed,
-        search_best_ms,
+    Ok(Searched {
+        best_ms: seen.state.best_ms,
+        default_ms: seen.state.default_ms,
         trials: seen.state.trials,
         new_trials,
-        new_confirmations,
         rejected: invalid.len(),
         failed,
         stop,

@@ -9,6 +9,7 @@ use dlas_core::{Algorithm, Combination, Dataset, Filter, Plan};
 use dlas_runner::timing::{Protocol, measure};
 use dlas_runner::tuning::{self, TuneConfig, Tuned};
 use dlas_runner::tvm_tuning;
+use dlas_tune::allocate::Split;
 use dlas_tune::{Budget, Timer};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,7 +27,10 @@ pub struct Args {
     /// and TVM combinations of the selection are tuned.
     #[arg(long, default_value = "")]
     filter: String,
-    /// Candidates measured per layer by the native tuner (the study: Ansor's 20,000).
+    /// Candidates the native tuner measures per layer on average (the
+    /// study: Ansor's 20,000): the run's budget is this times its layers,
+    /// spread over them by their share of the networks' time (Ansor's task
+    /// scheduler), a quarter of this at a time.
     #[arg(long, default_value_t = Budget::STUDY.trials)]
     trials: usize,
     /// Candidates MetaSchedule measures per task (distinct kernel) of each
@@ -34,6 +38,11 @@ pub struct Args {
     /// compiler).
     #[arg(long)]
     tvm_trials_per_task: Option<usize>,
+    /// Give every layer the same `--trials`, whatever its share of the
+    /// networks' time (the split before the task scheduler; for
+    /// comparison, as `dlas bench tune` does).
+    #[arg(long)]
+    equal_split: bool,
     /// Stop a layer after this many candidates without improvement (the study: 1,000).
     #[arg(long, default_value_t = Budget::STUDY.early_stop)]
     early_stop: usize,
@@ -125,6 +134,11 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             min_repeat_ms: args.min_repeat_ms,
         },
         seed: study.protocol.seed,
+        split: if args.equal_split {
+            Split::Equal
+        } else {
+            Split::ByShare
+        },
     };
     if plan.combinations.is_empty() {
         bail!(
@@ -150,9 +164,10 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             dlas_core::outln!("skipped {n} combination(s): {reason}");
         }
         dlas_core::outln!(
-            "would tune {} distinct layers of {} combinations, at most {} trials each, into {}",
+            "would tune {} distinct layers of {} combinations, {} trials in all ({} per layer on average, by each layer's share of the networks' time), into {}",
             tasks.len(),
             plan.combinations.len(),
+            config.budget.trials * tasks.len(),
             config.budget.trials,
             config.records.display()
         );
@@ -237,7 +252,10 @@ const ROUNDS: usize = 5;
 
 /// `dlas bench tune`: per network and algorithm, tuned against untuned
 /// (per layer, from the search, and whole network) and against ONNX
-/// Runtime, all measured in this run, with the search time it took.
+/// Runtime, all measured in this run, with the search time it took; and
+/// the task scheduler's split of the budget against an equal split of the
+/// same budget, each searched from scratch, the three engines timed in
+/// alternating rounds.
 pub fn bench(
     project: &Project,
     budget: Budget,
@@ -252,6 +270,8 @@ pub fn bench(
     let scratch = tempfile::tempdir()?;
     let records = records.unwrap_or_else(|| scratch.path().join("records.jsonl"));
     let best = records.with_extension("best.json");
+    let equal_records = records.with_extension("equal.jsonl");
+    let equal_best = records.with_extension("equal.best.json");
     let mut models = dlas_runner::models::Models::new(&project.root)?;
     let protocol = Protocol {
         warmup: 3,
@@ -260,9 +280,10 @@ pub fn bench(
     };
     let median = |s: Vec<f64>| dlas_core::Summary::from_samples(&s).map_or(f64::NAN, |s| s.median);
     dlas_core::outln!(
-        "network,algorithm,layers,trials,search_s,layer_speedup_mean,layer_speedup_max,search_vs_confirmed_mean,untuned_ms,tuned_ms,tuned_vs_untuned,ort_opt_ms,tuned_vs_ort"
+        "network,algorithm,layers,trials,search_s,layer_speedup_mean,layer_speedup_max,search_vs_confirmed_mean,untuned_ms,tuned_ms,tuned_vs_untuned,equal_split_ms,equal_split_vs_untuned,equal_split_over_scheduler,ort_opt_ms,tuned_vs_ort"
     );
     let mut summary = Vec::new();
+    let mut shares = Vec::new();
     for (dataset, model) in [
         (Dataset::Cifar10, "resnet18"),
         (Dataset::Imagenet, "mobilenetv2"),
@@ -297,29 +318,41 @@ pub fn bench(
                 budget,
                 timer: Timer::default(),
                 seed: study.protocol.seed,
+                split: Split::ByShare,
             };
             let started = Instant::now();
             let report = tuning::tune_host(&study, std::slice::from_ref(&tuned_c), &config)?;
             let search_s = started.elapsed().as_secs_f64();
-            let tuned = Tuned::load(&best, false)?;
+            let equal = TuneConfig {
+                records: equal_records.clone(),
+                best: equal_best.clone(),
+                split: Split::Equal,
+                ..config
+            };
+            tuning::tune_host(&study, std::slice::from_ref(&tuned_c), &equal)?;
             let untuned_c = combination(dlas_core::NATIVE, algorithm, false);
             let load = |c: &Combination, t: Option<&Tuned>| {
                 dlas_runner::native::load(&path, c, threads, t)
             };
-            let (mut untuned, mut tuned_s) =
-                (load(&untuned_c, None)?, load(&tuned_c, Some(&tuned))?);
+            let mut engines = [
+                load(&untuned_c, None)?,
+                load(&tuned_c, Some(&Tuned::load(&best, false)?))?,
+                load(&tuned_c, Some(&Tuned::load(&equal_best, false)?))?,
+            ];
             // Interleaved rounds, so drifting load on the machine falls on
-            // both engines alike.
+            // every engine alike.
             let round = Protocol {
                 runs: runs.div_ceil(ROUNDS),
                 ..protocol
             };
-            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let mut samples = [Vec::new(), Vec::new(), Vec::new()];
             for _ in 0..ROUNDS {
-                a.extend(measure(untuned.as_mut(), &input, round)?);
-                b.extend(measure(tuned_s.as_mut(), &input, round)?);
+                for (engine, s) in engines.iter_mut().zip(&mut samples) {
+                    s.extend(measure(engine.as_mut(), &input, round)?);
+                }
             }
-            let (untuned_ms, tuned_ms) = (median(a), median(b));
+            let [a, b, e] = samples;
+            let (untuned_ms, tuned_ms, equal_ms) = (median(a), median(b), median(e));
             let s = &report.speedups;
             let mean = s.iter().sum::<f64>() / s.len().max(1) as f64;
             let max = s.iter().copied().fold(f64::NAN, f64::max);
@@ -328,19 +361,28 @@ pub fn bench(
             let curse = report.curse.iter().sum::<f64>() / report.curse.len().max(1) as f64;
             let trials = report.trials;
             dlas_core::outln!(
-                "{dataset}/{model},{algorithm},{},{trials},{search_s:.1},{mean:.2},{max:.2},{curse:.3},{untuned_ms:.3},{tuned_ms:.3},{:.2},{ort:.3},{:.2}",
+                "{dataset}/{model},{algorithm},{},{trials},{search_s:.1},{mean:.2},{max:.2},{curse:.3},{untuned_ms:.3},{tuned_ms:.3},{:.2},{equal_ms:.3},{:.2},{:.3},{ort:.3},{:.2}",
                 report.tasks,
                 untuned_ms / tuned_ms,
+                untuned_ms / equal_ms,
+                equal_ms / tuned_ms,
                 tuned_ms / ort
             );
             summary.push(mean);
+            shares.push(equal_ms / tuned_ms);
         }
     }
     dlas_core::errln!(
-        "per-layer speedup of tuning, mean over networks and algorithms: {:.2}x (aim: 1.5x); trials {} per layer at most, early stop {}",
+        "per-layer speedup of tuning, mean over networks and algorithms: {:.2}x (aim: 1.5x); trials {} per layer on average (spread by the task scheduler), early stop {}",
         summary.iter().sum::<f64>() / summary.len().max(1) as f64,
         budget.trials,
         budget.early_stop
+    );
+    let geomean =
+        (shares.iter().map(|r: &f64| r.ln()).sum::<f64>() / shares.len().max(1) as f64).exp();
+    dlas_core::errln!(
+        "equal split over the task scheduler's, network time at the same budget: geometric mean {geomean:.3}x over {} networks and algorithms (above 1: the scheduler's engines are faster)",
+        shares.len()
     );
     Ok(ExitCode::SUCCESS)
 }
