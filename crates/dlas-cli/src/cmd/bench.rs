@@ -46,9 +46,10 @@ pub enum Command {
     },
     /// Tuned against untuned native engine, per layer and per network, and
     /// against ONNX Runtime (ResNet-18 CIFAR-10, MobileNetV2 ImageNet), with
-    /// the search time, in one run.
+    /// the search time, and the task scheduler's split of the budget
+    /// against an equal split of it, in one run.
     Tune {
-        /// Candidates per layer.
+        /// Candidates per layer on average.
         #[arg(long, default_value_t = 200)]
         trials: usize,
         /// Stop a layer after this many candidates without improvement.
