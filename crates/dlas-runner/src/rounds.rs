@@ -63,8 +63,9 @@ pub struct Adaptive {
     /// Time (timed and re-warming runs) after which a configuration stops
     /// once it has `budget_runs`.
     pub budget: Duration,
-    /// Timed runs before the budget may stop a configuration (at least
-    /// `min_runs`): a slow configuration's budget grows with its time.
+    /// Timed runs (in either machine state) before the budget may stop a
+    /// configuration (at least `min_runs`): a slow configuration's budget
+    /// grows with its time, up to the timeout.
     pub budget_runs: usize,
     /// Time (loading, warm-up, timed and re-warming runs) after which a
     /// configuration stops: with the runs it has once it has `min_runs`,
@@ -189,7 +190,8 @@ pub enum Stop {
     Budget,
     /// It reached the maximum count first.
     MaxRuns,
-    /// Its timeout came before its budget (a timeout set below it).
+    /// Its timeout came first: before its budget, or before it had
+    /// `budget_runs` (it stops when a next turn would end past it).
     Timeout,
 }
 
@@ -458,8 +460,13 @@ fn turn(
             break;
         }
     }
-    state.spent += started.elapsed();
+    let took = started.elapsed();
+    state.spent += took;
     state.rounds += 1;
+    // The next turn would end past the timeout (it lasts about as long as
+    // this one; a quarter more for its spread): stop now, with the runs
+    // there are, rather than let the watchdog fail the row mid-turn.
+    let no_next_turn = state.spent + took + took / 4 >= protocol.timeout;
     let after = read();
     near.see(&before);
     near.see(&after);
@@ -479,7 +486,7 @@ fn turn(
         if n >= protocol.least_at_budget() && state.spent >= protocol.budget {
             return Ok(Some(Stop::Budget));
         }
-        if n >= protocol.min_runs && state.spent >= protocol.timeout {
+        if n >= protocol.min_runs && no_next_turn {
             return Ok(Some(Stop::Timeout));
         }
         if n < protocol.min_runs && state.spent > protocol.timeout {
@@ -496,10 +503,12 @@ fn turn(
     if summary.half_width() <= protocol.half_width {
         return Ok(Some(Stop::Precise));
     }
-    if state.spent >= protocol.budget && counted.len() >= protocol.least_at_budget() {
+    // The runs towards `budget_runs` are all timed runs, near or far, as
+    // in the branch above: the rule is one of time spent, not of state.
+    if state.spent >= protocol.budget && n >= protocol.least_at_budget() {
         return Ok(Some(Stop::Budget));
     }
-    if state.spent >= protocol.timeout {
+    if no_next_turn {
         return Ok(Some(Stop::Timeout));
     }
     Ok(None)
@@ -614,6 +623,33 @@ mod tests {
         // Time alone: the budget is spent within the first turns.
         assert!(timed(3) < 6, "{}", timed(3));
         assert_eq!(timed(8), 8);
+    }
+
+    /// A slow configuration that cannot reach `budget_runs` before its
+    /// timeout stops at the timeout with the runs it has (the watchdog
+    /// would fail a turn that overran it).
+    #[test]
+    fn a_slow_configuration_short_of_its_budget_runs_stops_at_its_timeout() {
+        let log = Default::default();
+        let slots = vec![slot(0, vec![110_000, 150_000, 130_000], &log)];
+        let protocol = Adaptive {
+            warmup: 0,
+            min_runs: 3,
+            budget: Duration::from_millis(300),
+            budget_runs: 1000,
+            timeout: Duration::from_millis(2000),
+            ..protocol()
+        };
+        match run(slots, protocol).remove(0).1 {
+            Outcome::Measured { samples, stop, .. } => {
+                assert_eq!(stop, Stop::Timeout);
+                // Turns of about 0.26 s: stopped once a next turn could
+                // end past 2 s, after 7 turns at most (one timed run
+                // each), not after the turn that crossed it.
+                assert!((3..=7).contains(&samples.len()), "{}", samples.len());
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -42,7 +42,6 @@ pub fn best_path(results_dir: &Path) -> PathBuf {
 /// reader has what every row names (an earlier campaign's rows named a
 /// git-ignored scratch file).
 pub fn committed_name(project_root: &Path, results: &Path, tuning: &Path) -> Result<PathBuf> {
-    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let root = real(project_root);
     let data = root.join("data");
     let store = real(results.parent().unwrap_or(Path::new(".")));
@@ -60,6 +59,28 @@ pub fn committed_name(project_root: &Path, results: &Path, tuning: &Path) -> Res
         .strip_prefix(&root)
         .map(Path::to_path_buf)
         .unwrap_or(file))
+}
+
+/// `p` with its links resolved: the nearest ancestor that exists,
+/// canonicalized, and the rest as written (a results file's folder may not
+/// exist yet, and a link in the project's path must not let a scratch file
+/// pass for a committed one).
+fn real(p: &Path) -> PathBuf {
+    let absolute = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut rest = Vec::new();
+    let mut at = absolute.as_path();
+    loop {
+        if let Ok(found) = at.canonicalize() {
+            return rest.iter().rev().fold(found, |path, part| path.join(part));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return absolute,
+        }
+    }
 }
 
 /// The `dlas tune` command that produces records for combination `c`.
@@ -118,6 +139,9 @@ pub struct TuneReport {
     pub new_trials: usize,
     /// Confirmation rounds of finalists measured in this run.
     pub new_confirmations: usize,
+    /// Candidates the engine rejected before measurement (per task, summed
+    /// over the chunks of its search: one rejected in two chunks counts
+    /// twice).
     pub rejected: usize,
     pub failed: usize,
     pub seconds: f64,
@@ -290,23 +314,42 @@ pub fn tune_host(
         .iter()
         .map(|t| {
             let past = history.get(&t.key).map_or(&[][..], Vec::as_slice);
-            let trials = past.iter().filter(|r| r.phase == Phase::Search).count();
+            let search = past.iter().filter(|r| r.phase == Phase::Search);
+            let trials = search.clone().count();
+            // A resumed task starts from what its records found, so that
+            // its share is priced as in the run that was interrupted.
+            let best_ms = search
+                .filter_map(|r| r.cost())
+                .fold(f64::INFINITY, f64::min);
             TaskState {
                 weight: t.weight,
                 trials,
-                best_ms: f64::INFINITY,
-                best_before_ms: f64::INFINITY,
+                best_ms,
+                best_before_ms: best_ms,
                 ended: config.split.one_chunk_each() && trials >= chunk,
             }
         })
         .collect();
+    // What counts against this run's budget: every recorded trial (a
+    // resumed or re-run search continues its budget); under the equal
+    // split at most a task's own share.
+    let spent_of = |states: &[TaskState]| -> usize {
+        states
+            .iter()
+            .map(|t| match config.split {
+                Split::Equal => t.trials.min(chunk),
+                Split::ByShare => t.trials,
+            })
+            .sum()
+    };
     let at_start: Vec<usize> = states.iter().map(|t| t.trials).collect();
     let mut rejected = vec![0usize; tasks.len()];
+    let mut stops: Vec<Option<StopReason>> = vec![None; tasks.len()];
     let progress = Progress::new(total, tasks.len());
-    progress.spent(states.iter().map(|t| t.trials).sum());
+    progress.spent(spent_of(&states));
     let mut chunks = vec![0usize; tasks.len()];
     loop {
-        let spent: usize = states.iter().map(|t| t.trials).sum();
+        let spent = spent_of(&states);
         if spent >= total {
             break;
         }
@@ -336,7 +379,7 @@ pub fn tune_host(
                 log.append(&record)?;
                 fresh.push(record);
                 let rate = fresh.len() as f64 / chunk_started.elapsed().as_secs_f64();
-                progress.trial(&task.key, state, rate);
+                progress.trial(&task.key, state, Some(rate));
                 Ok(())
             },
         )
@@ -354,6 +397,7 @@ pub fn tune_host(
         all.extend(fresh);
         chunks[i] += 1;
         rejected[i] += searched.rejected;
+        stops[i] = Some(searched.stop);
         report.failed += searched.failed;
         let t = &mut states[i];
         t.best_before_ms = t.best_ms;
@@ -381,7 +425,7 @@ pub fn tune_host(
                 let record = record_of(&fingerprint, task.key, schedule, phase, result);
                 log.append(&record)?;
                 fresh.push(record);
-                progress.trial(&task.key, state, 0.0);
+                progress.trial(&task.key, state, None);
                 Ok(())
             },
         )
@@ -394,6 +438,9 @@ pub fn tune_host(
         // Trials this run measured for the task, in its chunks.
         outcome.new_trials += states[i].trials.saturating_sub(at_start[i]);
         outcome.rejected = rejected[i];
+        // The confirming call's search stops at once, at its budget; why
+        // the task's search ended is its last chunk's reason.
+        outcome.stop = stops[i].unwrap_or(outcome.stop);
         all.extend(fresh);
         if outcome.new_trials + outcome.new_confirmations > 0 {
             report.searched += 1;
@@ -503,14 +550,20 @@ impl Progress {
         }
     }
 
-    fn trial(&self, task: &TaskKey, state: State, rate: f64) {
+    /// A measurement of `task`: in its search, at `rate` trials a second,
+    /// or (`None`) in its confirmation rounds.
+    fn trial(&self, task: &TaskKey, state: State, rate: Option<f64>) {
         if let Some(bar) = &self.bar {
             let speedup = state.default_ms.map_or(String::new(), |d| {
                 format!(" ({:.2}x default)", d / state.best_ms)
             });
+            let step = match rate {
+                Some(rate) => format!("trial {}, {rate:.1} trials/s", state.trials),
+                None => "confirming finalists".to_string(),
+            };
             bar.set_message(format!(
-                "{}: trial {} best {:.4} ms{speedup}, {rate:.1} trials/s",
-                task.layer.workload, state.trials, state.best_ms
+                "{}: {step}, best {:.4} ms{speedup}",
+                task.layer.workload, state.best_ms
             ));
         }
     }

@@ -164,11 +164,15 @@ pub fn run(project: &Project, args: &Args) -> Result<ExitCode> {
             dlas_core::outln!("skipped {n} combination(s): {reason}");
         }
         dlas_core::outln!(
-            "would tune {} distinct layers of {} combinations, {} trials in all ({} per layer on average, by each layer's share of the networks' time), into {}",
+            "would tune {} distinct layers of {} combinations, {} trials in all ({} per layer, {}), into {}",
             tasks.len(),
             plan.combinations.len(),
             config.budget.trials * tasks.len(),
             config.budget.trials,
+            match config.split {
+                Split::Equal => "to every layer alike",
+                Split::ByShare => "on average, by each layer's share of the networks' time",
+            },
             config.records.display()
         );
         return Ok(ExitCode::SUCCESS);
