@@ -465,8 +465,11 @@ mod tests {
             ops::affine(&mut got, &scale, &shift, Activation::Relu, shape, Nchw16c);
             prop_assert_eq!(planar(&got, shape), want);
             let se = draw(batch * c);
-            let want = ops::mul(&x, &se, shape, Nchw);
-            prop_assert_eq!(planar(&ops::mul(&blocked(&x, shape), &se, shape, Nchw16c), shape), want);
+            let mut want = vec![0.0; x.len()];
+            ops::mul(&x, &se, shape, Nchw, &mut want);
+            let mut got = vec![0.0; x.len()];
+            ops::mul(&blocked(&x, shape), &se, shape, Nchw16c, &mut got);
+            prop_assert_eq!(planar(&got, shape), want);
             prop_assert_eq!(
                 ops::global_avg_pool(&blocked(&x, shape), shape, Nchw16c),
                 ops::global_avg_pool(&x, shape, Nchw)

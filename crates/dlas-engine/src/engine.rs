@@ -437,7 +437,9 @@ impl Engine {
                     whole(y)
                 }
                 Step::Add { a, b, act } => whole(ops::add(v(*a), v(*b), *act)),
-                Step::Mul { a, b } => whole(ops::mul(v(*a), v(*b), shape(*a), layout)),
+                Step::Mul { a, b } => self.write(*out, batch, |y| {
+                    ops::mul(v(*a), v(*b), shape(*a), layout, y)
+                }),
                 Step::Pool { input, pool, max } => {
                     whole(ops::pool(v(*input), shape(*input), pool, *max, layout))
                 }

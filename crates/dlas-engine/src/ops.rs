@@ -66,62 +66,74 @@ pub(crate) fn add(a: &[f32], b: &[f32], act: Activation) -> Vec<f32> {
     out
 }
 
-/// `a * b`, where `b` has `a`'s shape or is one value per channel.
-pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout) -> Vec<f32> {
+/// `a * b` into `out` (as long as `a`), where `b` has `a`'s shape or is
+/// one value per channel: one pass over `a`, into a buffer the caller
+/// keeps (squeeze-and-excitation scales whole maps, up to megabytes, once
+/// per block of the network).
+pub(crate) fn mul(a: &[f32], b: &[f32], shape: Shape, layout: Layout, out: &mut [f32]) {
     let len: usize = shape.iter().product();
-    let mut out = a.to_vec();
+    debug_assert_eq!(out.len(), a.len());
     if a.len() == b.len() {
         out.par_chunks_mut(CHUNK)
+            .zip(a.par_chunks(CHUNK))
             .zip(b.par_chunks(CHUNK))
-            .for_each(|(o, b)| o.iter_mut().zip(b).for_each(|(o, b)| *o *= b));
-        return out;
+            .for_each(|((o, a), b)| {
+                o.iter_mut()
+                    .zip(a.iter().zip(b))
+                    .for_each(|(o, (a, b))| *o = a * b)
+            });
+        return;
     }
-    // One scale per channel (squeeze-and-excitation): NCHW planes times
-    // a value, NHWC pixels times the sample's row of values, in parallel
-    // over both (a sample alone is one task otherwise).
+    // One scale per channel: NCHW planes times a value, NHWC pixels times
+    // the sample's row of values, in parallel over both (a sample alone is
+    // one task otherwise).
     let [c, h, w] = shape;
     debug_assert_eq!(b.len() * len, a.len() * c);
     match layout {
         Layout::Nchw => out
             .par_chunks_mut(h * w)
+            .zip(a.par_chunks(h * w))
             .zip(b.par_iter())
             .with_min_len(CHUNK.div_ceil(h * w))
-            .for_each(|(plane, &b)| plane.iter_mut().for_each(|v| *v *= b)),
+            .for_each(|((o, plane), &b)| o.iter_mut().zip(plane).for_each(|(o, v)| *o = v * b)),
         Layout::Nhwc => out
             .par_chunks_mut(c)
+            .zip(a.par_chunks(c))
             .enumerate()
             .with_min_len(CHUNK.div_ceil(c))
-            .for_each(|(p, pixel)| {
+            .for_each(|(p, (o, pixel))| {
                 let b = &b[p / (h * w) * c..][..c];
-                pixel.iter_mut().zip(b).for_each(|(v, b)| *v *= b);
+                o.iter_mut()
+                    .zip(pixel.iter().zip(b))
+                    .for_each(|(o, (v, b))| *o = v * b);
             }),
         // Blocks of pixels of (up to) 16 channels: each block times its
-        // channels' values, in parallel over samples and blocks.
+        // channels' values, in parallel over samples and blocks (every
+        // block but a sample's last holds 16 channels, so block `k` starts
+        // at `k * 16 * h * w`).
         Layout::Nchw16c => {
-            use crate::blocked::{BLOCK, block_width};
-            let blocks = c.div_ceil(BLOCK);
+            use crate::blocked::BLOCK;
+            let block = BLOCK * h * w;
             out.par_chunks_mut(len)
+                .zip(a.par_chunks(len))
                 .zip(b.par_chunks(c))
-                .flat_map(|(sample, b)| {
-                    let mut rest = sample;
-                    (0..blocks)
-                        .map(|blk| {
-                            let width = block_width(c, blk);
-                            let (block, tail) =
-                                std::mem::take(&mut rest).split_at_mut(width * h * w);
-                            rest = tail;
-                            (block, &b[blk * BLOCK..][..width])
+                .for_each(|((o, a), b)| {
+                    o.par_chunks_mut(block)
+                        .zip(a.par_chunks(block))
+                        .zip(b.par_chunks(BLOCK))
+                        .with_min_len(CHUNK.div_ceil(block))
+                        .for_each(|((o, a), b)| {
+                            for (o, pixel) in
+                                o.chunks_exact_mut(b.len()).zip(a.chunks_exact(b.len()))
+                            {
+                                o.iter_mut()
+                                    .zip(pixel.iter().zip(b))
+                                    .for_each(|(o, (v, b))| *o = v * b);
+                            }
                         })
-                        .collect::<Vec<_>>()
-                })
-                .for_each(|(block, b)| {
-                    for pixel in block.chunks_exact_mut(b.len()) {
-                        pixel.iter_mut().zip(b).for_each(|(v, b)| *v *= b);
-                    }
                 });
         }
     }
-    out
 }
 
 /// Max or average pooling; averages divide by the window's elements
@@ -190,19 +202,32 @@ pub(crate) fn global_avg_pool(x: &[f32], shape: Shape, layout: Layout) -> Vec<f3
             }),
         // Each block's pixels summed in order, 16 channels at a time; a
         // [c, 1, 1] result is the same in every layout.
+        // In parallel over samples and blocks: at batch 1 a sample alone
+        // is one task, and its blocks' sums are independent.
         Layout::Nchw16c => out
             .par_chunks_mut(c)
             .zip(x.par_chunks(c * h * w))
             .for_each(|(o, s)| {
-                use crate::blocked::{BLOCK, block_width};
-                for (blk, o) in o.chunks_mut(BLOCK).enumerate() {
-                    let width = block_width(c, blk);
-                    let block = &s[blk * BLOCK * h * w..][..width * h * w];
-                    for pixel in block.chunks_exact(width) {
-                        o.iter_mut().zip(pixel).for_each(|(o, v)| *o += v);
-                    }
-                    o.iter_mut().for_each(|v| *v /= (h * w) as f32);
-                }
+                use crate::blocked::BLOCK;
+                o.par_chunks_mut(BLOCK)
+                    .zip(s.par_chunks(BLOCK * h * w))
+                    .with_min_len(CHUNK.div_ceil(BLOCK * h * w))
+                    .for_each(|(o, block)| {
+                        if let Ok(o) = <&mut [f32; BLOCK]>::try_from(&mut *o) {
+                            // A full block: sixteen sums in registers (the
+                            // same order of additions per channel).
+                            let mut sums = [0.0f32; BLOCK];
+                            for pixel in block.chunks_exact(BLOCK) {
+                                sums.iter_mut().zip(pixel).for_each(|(s, v)| *s += v);
+                            }
+                            *o = sums;
+                        } else {
+                            for pixel in block.chunks_exact(o.len()) {
+                                o.iter_mut().zip(pixel).for_each(|(o, v)| *o += v);
+                            }
+                        }
+                        o.iter_mut().for_each(|v| *v /= (h * w) as f32);
+                    })
             }),
     }
     out
