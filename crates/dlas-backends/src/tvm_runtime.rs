@@ -188,6 +188,22 @@ pub fn load(model: &Path, config: &SessionConfig, options: &Options) -> Result<B
         let _ = child.wait();
         anyhow!("TVM could not build {}: {}", model.display(), why(&stderr))
     })?;
+    if let Some(db) = &options.database
+        && ready.tuned_tasks == 0
+        && ready.tasks > 0
+    {
+        // Records are looked up by workload and target: a database tuned
+        // for another CPU matches nothing, and the build would be the
+        // untuned one under a tuned row's name.
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!(
+            "MetaSchedule's database {} schedules none of the {} kernels of {} for this CPU's target (tuned on another CPU?); tune it here with `dlas tune`",
+            db.display(),
+            ready.tasks,
+            model.display()
+        );
+    }
     let tuning = match &options.database {
         None => "untuned (no schedule: serial, untiled loops)".to_string(),
         // The caller names the database by its place in the project (an

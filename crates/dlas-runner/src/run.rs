@@ -42,6 +42,9 @@ pub struct HostConfig {
     /// Apply schedules tuned on another machine (when the file has no
     /// schedules for this one).
     pub foreign_tuning: bool,
+    /// The study's results folder, whose `tuning/tvm` holds MetaSchedule's
+    /// databases (`dlas tune` writes them there), wherever the rows go.
+    pub tvm_tuning: PathBuf,
     /// Measure again the combinations the results file records as failed.
     pub retry_failed: bool,
 }
@@ -101,7 +104,7 @@ fn unavailable(
     study: &Study,
     c: &Combination,
     runtimes: &Runtimes,
-    (tuned, results_dir): (&Result<Tuned, String>, &std::path::Path),
+    (tuned, tvm_tuning): (&Result<Tuned, String>, &std::path::Path),
 ) -> Option<String> {
     if c.is_native()
         && c.tuned
@@ -122,7 +125,7 @@ fn unavailable(
         if let Err(e) = &runtimes.tvm {
             return Some(e.clone());
         }
-        if c.tuned && !tvm_tuning::is_tuned(results_dir, c) {
+        if c.tuned && !tvm_tuning::is_tuned(tvm_tuning, c) {
             return Some(format!(
                 "tuned TVM combinations need MetaSchedule's database; `{}` tunes them",
                 tvm_tuning::tune_command(study, c)
@@ -204,7 +207,7 @@ pub fn run_host(
     let mut models = Models::new(&config.project_root)?;
     let mut runnable = Vec::new();
     for c in todo.iter().copied() {
-        match unavailable(study, c, &runtimes, (&tuned, results_dir)) {
+        match unavailable(study, c, &runtimes, (&tuned, &config.tvm_tuning)) {
             Some(reason) => *report.not_run.entry(reason).or_default() += 1,
             None => {
                 models.path(study, &models::model_file_of(c))?;
@@ -239,13 +242,14 @@ pub fn run_host(
                 break;
             }
             watchdog.arm(key, "loading", Instant::now() + config.protocol.timeout);
-            let loaded = load(study, c, (config, results_dir), &mut models, &tuned);
+            let loaded = load(study, c, config, &mut models, &tuned);
             watchdog.disarm();
             match loaded {
                 Loaded::Session(session) => {
                     let mut provider = session.provider();
                     if c.compiler == dlas_backends::TVM && c.tuned {
-                        provider += &tvm_tuning::describe(&config.project_root, results_dir, c)?;
+                        provider +=
+                            &tvm_tuning::describe(&config.project_root, &config.tvm_tuning, c)?;
                     }
                     measured.push((c, provider));
                     slots.push(Slot {
@@ -412,7 +416,7 @@ enum Loaded {
 fn load(
     study: &Study,
     c: &Combination,
-    (config, results_dir): (&HostConfig, &std::path::Path),
+    config: &HostConfig,
     models: &mut Models,
     tuned: &Result<Tuned, String>,
 ) -> Loaded {
@@ -427,7 +431,7 @@ fn load(
         threads: config.threads,
         half_io: c.compression == Compression::Fp16,
         tvm: (c.compiler == dlas_backends::TVM)
-            .then(|| tvm_tuning::options(&config.project_root, results_dir, c)),
+            .then(|| tvm_tuning::options(&config.project_root, &config.tvm_tuning, c)),
     };
     let loaded = if c.is_native() {
         crate::native::load(&path, c, config.threads, tuned.as_ref().ok())

@@ -241,6 +241,7 @@ fn run_host(project: &Project, study: &Study, plan: &Plan, args: &Args) -> Resul
             .clone()
             .unwrap_or_else(|| dlas_runner::tuning::best_path(&project.results_dir(study))),
         foreign_tuning: args.foreign_tuning,
+        tvm_tuning: project.results_dir(study),
         retry_failed: args.retry_failed,
     };
     let report = dlas_runner::run_host(study, &plan.combinations, &config)?;
