@@ -68,6 +68,9 @@ pub struct Options {
     pub algorithm: String,
     /// MetaSchedule's database (a tuning work folder), or `None`: untuned.
     pub database: Option<PathBuf>,
+    /// Apply a database tuned on another CPU (the helper refuses one
+    /// otherwise: TVM itself would apply it without a word).
+    pub foreign: bool,
 }
 
 /// What the helper says once the model is built.
@@ -75,6 +78,9 @@ pub struct Options {
 struct Ready {
     tvm: String,
     target: String,
+    /// The CPUs the database's records were measured on (empty: untuned).
+    #[serde(default)]
+    tuned_on: Vec<String>,
     tasks: usize,
     tuned_tasks: usize,
     threads: usize,
@@ -165,7 +171,7 @@ pub fn load(model: &Path, config: &SessionConfig, options: &Options) -> Result<B
         .database
         .as_ref()
         .map_or_else(|| "none".to_string(), |d| d.display().to_string());
-    let args = [
+    let mut args = [
         "serve",
         "--model",
         &model.display().to_string(),
@@ -178,7 +184,11 @@ pub fn load(model: &Path, config: &SessionConfig, options: &Options) -> Result<B
         "--database",
         &database,
     ]
-    .map(String::from);
+    .map(String::from)
+    .to_vec();
+    if options.foreign {
+        args.push("--foreign".into());
+    }
     let (mut child, stderr) = spawn(&options.python, config.threads, &args)?;
     let stdin = child.stdin.take().expect("stdin is piped");
     let mut stdout = child.stdout.take().expect("stdout is piped");
@@ -204,20 +214,26 @@ pub fn load(model: &Path, config: &SessionConfig, options: &Options) -> Result<B
             model.display()
         );
     }
-    let tuning = match &options.database {
-        None => "untuned (no schedule: serial, untiled loops)".to_string(),
-        // The caller names the database by its place in the project (an
-        // absolute path names one machine's checkout).
-        Some(_) => format!(
-            "tuned: {} of {} kernels scheduled from MetaSchedule's database",
-            ready.tuned_tasks, ready.tasks
-        ),
-    };
     // The target is TVM's JSON; its CPU is what a reader needs.
     let cpu = serde_json::from_str::<serde_json::Value>(&ready.target)
         .ok()
         .and_then(|t| t.get("mcpu")?.as_str().map(String::from))
         .unwrap_or_else(|| ready.target.clone());
+    let tuning = match &options.database {
+        None => "untuned (no schedule: serial, untiled loops)".to_string(),
+        // The caller names the database by its place in the project (an
+        // absolute path names one machine's checkout).
+        Some(_) => format!(
+            "tuned: {} of {} kernels scheduled from MetaSchedule's database{}",
+            ready.tuned_tasks,
+            ready.tasks,
+            if ready.tuned_on.contains(&cpu) {
+                String::new()
+            } else {
+                format!(" tuned on another CPU ({})", ready.tuned_on.join(", "))
+            }
+        ),
+    };
     let provider = format!(
         "Apache TVM {} (Relax, MetaSchedule), {} convolutions, {tuning}, {} on llvm -mcpu={cpu}, \
          {} thread(s); time taken in the TVM process",

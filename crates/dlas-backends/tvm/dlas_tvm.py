@@ -21,7 +21,10 @@ as {"error": "..."} and exits 1):
          DIR receives MetaSchedule's database_workload.json, database_tuning_record.json
          and logs/; tuning into an existing DIR adds to its database.
   serve  --model M.onnx --input-shape ... --algorithm A --database DIR|none --threads T
-         -> {"ready":true,"tvm","target","build_s","tasks","tuned_tasks","threads"},
+         [--foreign]
+         -> {"ready":true,"tvm","target","tuned_on","build_s","tasks","tuned_tasks","threads"},
+         (a database tuned on another CPU than this one is refused unless --foreign;
+         tuned_on lists the CPUs its records were measured on)
          then the binary protocol on stdin/stdout:
            'I' u64le n, n bytes of f32le : set the input (shape from --input-shape)
            'R'                          : run once; reply u64le ns, u64le n, n bytes f32le
@@ -280,6 +283,34 @@ def _count_kernels(mod):
     return len(funcs), tuned
 
 
+def database_cpus(records):
+    """The CPUs (`mcpu` of the target) the records of a database were measured on."""
+    cpus = set()
+    with open(records) as f:
+        for line in f:
+            if line.strip():
+                cpus.add(json.loads(line)[1][2].get("mcpu", "unknown"))
+    return sorted(cpus)
+
+
+def _check_database_cpu(records, here, foreign):
+    """Refuse another CPU's database unless `foreign`.
+
+    Why: TVM 0.27 looks a record up by its workload and target *kind*, not by `mcpu`, so
+    a database tuned on a Zen 4 schedules a Xeon's build without a word (measured); the
+    row would then be another machine's tuning under this machine's name.
+    """
+    theirs = database_cpus(records)
+    if here in theirs:
+        return
+    if foreign and len(theirs) == 1:
+        return
+    raise ValueError(
+        f"{records} holds schedules tuned on {', '.join(theirs) or 'no CPU'} but this CPU is "
+        f"{here}: tune it here with `dlas tune`, or pass --foreign-tuning to apply another "
+        "CPU's schedules (one CPU only)")
+
+
 def _build(args, mod, target):
     """Compile for the VM; return (executable, kernels, tuned kernels).
 
@@ -299,8 +330,10 @@ def _build(args, mod, target):
         with target:
             mod = relax.get_pipeline("zero")(mod)
     else:
-        if not os.path.isfile(os.path.join(args.database, "database_tuning_record.json")):
+        records = os.path.join(args.database, "database_tuning_record.json")
+        if not os.path.isfile(records):
             raise FileNotFoundError(f"no MetaSchedule database in {args.database}")
+        _check_database_cpu(records, str(target.attrs["mcpu"]), args.foreign)
         mod = relax.get_pipeline("static_shape_tuning", total_trials=0, target=target,
                                  work_dir=args.database)(mod)
     kernels, tuned = _count_kernels(mod)
@@ -375,7 +408,9 @@ def _prepare(args):
     mod, dtype, target = _load(args)
     ex, kernels, tuned = _build(args, mod, target)
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    info = {"tvm": tvm.__version__, "target": str(target),
+    tuned_on = ([] if args.database in (None, "none") else
+                database_cpus(os.path.join(args.database, "database_tuning_record.json")))
+    info = {"tvm": tvm.__version__, "target": str(target), "tuned_on": tuned_on,
             "build_s": round(time.perf_counter() - t0, 3), "tasks": kernels,
             "tuned_tasks": tuned, "fallback_tasks": kernels - tuned,
             "threads": int(tvm.get_global_func("runtime.NumThreads")()), "dtype": dtype}
@@ -486,6 +521,8 @@ def main(argv=None):
         else:
             s.add_argument("--database", default="none" if name == "check" else None,
                            required=name == "serve", help="MetaSchedule work dir, or none")
+            s.add_argument("--foreign", action="store_true",
+                           help="apply a database tuned on another CPU (one CPU only)")
         if name == "check":
             s.add_argument("--runs", type=int, default=0)
             s.add_argument("--save-npy")

@@ -138,7 +138,7 @@ fn slurm_cluster_runs_and_merges_a_study() {
     let cluster = Cluster::start(tmp.path());
     let results = tmp.path().join("results");
     // Only runtimes every node has (see the SSH test below).
-    let filter = "dataset=cifar10,model=mobilenetv1,compression=dense,tuned=false,\
+    let filter = "dataset=cifar10,model=mobilenetv1,compression=dense,tuned=false,layout=nchw,\
                   compiler=native|tract-plain|tract-opt|ort-noopt|ort-opt";
     let out = dlas(
         &cluster,
@@ -477,7 +477,7 @@ fn ssh_boards_run_resume_and_merge_a_study() {
     // The runtimes a board may lack (OpenVINO, TVM) are left out: this test
     // is about shards, connections and resuming, and needs rows that every
     // board can measure in a second.
-    let filter = "dataset=cifar10,model=mobilenetv1,compression=dense,tuned=false,\
+    let filter = "dataset=cifar10,model=mobilenetv1,compression=dense,tuned=false,layout=nchw,\
                   compiler=native|tract-plain|tract-opt|ort-noopt|ort-opt";
     let submit = |key: &str| -> Vec<String> {
         let mut args: Vec<String> = [

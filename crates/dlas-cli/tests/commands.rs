@@ -10,9 +10,9 @@ use std::process::Command;
 #[test]
 fn plan_count_matches_the_study() {
     let out = ok(&["plan", "--study", "dlas", "--count"]);
-    assert!(out.starts_with("study dlas: 1272 combinations\n"), "{out}");
+    assert!(out.starts_with("study dlas: 1296 combinations\n"), "{out}");
     assert!(
-        out.contains("excluded by no-imagenet-tuning-on-hikey: 128"),
+        out.contains("excluded by no-imagenet-tuning-on-hikey: 256"),
         "{out}"
     );
 }
@@ -33,8 +33,13 @@ fn plan_csv_with_filter() {
         lines[0],
         "id,dataset,model,compression,level,algorithm,format,layout,compiler,tuned,device,batch"
     );
-    assert_eq!(lines.len(), 5, "four algorithms: {out}");
+    assert_eq!(
+        lines.len(),
+        6,
+        "four algorithms, and direct in the blocked layout: {out}"
+    );
     assert!(lines[1].ends_with(",cifar10,resnet18,dense,0,direct,dense,nchw,native,false,i7,1"));
+    assert!(lines[2].ends_with(",cifar10,resnet18,dense,0,direct,dense,nchw16c,native,false,i7,1"));
 }
 
 #[test]
@@ -64,7 +69,7 @@ fn malformed_study_names_file_line_and_column() {
     let unknown = dir.path().join("unknown.toml");
     std::fs::write(&unknown, text.replace("\"vgg16\"", "\"vgg19\"")).unwrap();
     let err = fails(&["plan", "--study", unknown.to_str().unwrap()]);
-    assert!(err.contains("unknown.toml:42:"), "{err}");
+    assert!(err.contains("unknown.toml:45:"), "{err}");
     assert!(
         err.contains(
             "unknown cifar10 model `vgg19`; valid values: resnet18, mobilenetv1, mobilenetv2, vgg16"

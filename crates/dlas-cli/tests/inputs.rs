@@ -93,7 +93,7 @@ fn a_huge_bad_line_makes_a_short_error() {
     });
     let err = fails(&["plan", "--study", study.to_str().unwrap()]);
     assert!(
-        err.contains("TOML parse error at line 29"),
+        err.contains("TOML parse error at line 32"),
         "{}",
         &err[..200]
     );
@@ -138,8 +138,8 @@ fn a_duplicate_model_is_refused_naming_both_places() {
     });
     let err = fails(&["plan", "--study", study.to_str().unwrap()]);
     assert!(
-        err.contains("edited.toml:42:23: model of cifar10 `resnet18` is listed twice (first at ")
-            && err.contains("edited.toml:42:11); each may appear once"),
+        err.contains("edited.toml:45:23: model of cifar10 `resnet18` is listed twice (first at ")
+            && err.contains("edited.toml:45:11); each may appear once"),
         "{err}"
     );
 }

@@ -235,6 +235,14 @@ struct CsvRow {
     low_ms: f64,
     high_ms: f64,
     predicted_ms: f64,
+    /// Last, and NCHW where absent: the files written before the blocked
+    /// layout had no layout column.
+    #[serde(default = "nchw")]
+    layout: Layout,
+}
+
+fn nchw() -> Layout {
+    Layout::Nchw
 }
 
 impl Transfer {
@@ -265,6 +273,7 @@ impl Transfer {
                         low_ms: v.low_ms,
                         high_ms: v.high_ms,
                         predicted_ms: dlas_core::results::round_significant(v.predicted_ms, 6),
+                        layout: r.layout,
                     })?;
                 }
             }
@@ -329,7 +338,7 @@ impl CsvRow {
                 level: String::new(),
                 algorithm: self.algorithm,
                 format: self.format,
-                layout: Layout::Nchw,
+                layout: self.layout,
                 compiler: dlas_core::NATIVE.into(),
                 tuned: self.tuned,
                 device: "host".into(),

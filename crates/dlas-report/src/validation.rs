@@ -211,6 +211,7 @@ pub fn groupings() -> Vec<Grouping> {
         ("all", |_| "all rows".into()),
         ("algorithm", |v| v.row.algorithm.to_string()),
         ("format", |v| v.row.format.to_string()),
+        ("layout", |v| v.row.layout.to_string()),
         ("compression", |v| v.row.compression.to_string()),
         ("tuned", |v| {
             if v.row.tuned { "tuned" } else { "untuned" }.into()
@@ -349,19 +350,21 @@ pub fn error_table(rows: &[Validated], number: usize, footer: String) -> Table {
     }
 }
 
-/// Predicted against measured times, log-log, one series per algorithm,
-/// with y = x and a ±25% band.
+/// Predicted against measured times, log-log, one series per algorithm
+/// (and per algorithm in each layout other than NCHW), with y = x and a
+/// ±25% band.
 pub fn figure(rows: &[Validated], number: usize, footer: String) -> FigureData {
     let mut series: std::collections::BTreeMap<String, Vec<Point>> = Default::default();
     for v in rows {
-        series
-            .entry(v.row.algorithm.to_string())
-            .or_default()
-            .push(Point {
-                label: v.row.id.clone(),
-                x: v.measured_ms,
-                y: v.predicted_ms,
-            });
+        let kernel = match v.row.layout {
+            dlas_core::Layout::Nchw => v.row.algorithm.to_string(),
+            layout => format!("{} {layout}", v.row.algorithm),
+        };
+        series.entry(kernel).or_default().push(Point {
+            label: v.row.id.clone(),
+            x: v.measured_ms,
+            y: v.predicted_ms,
+        });
     }
     FigureData {
         number,

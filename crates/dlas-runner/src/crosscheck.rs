@@ -158,6 +158,7 @@ pub fn crosscheck(
                     python: tvm_runtime::python(project_root),
                     algorithm: r.algorithm.to_string(),
                     database: None,
+                    foreign: false,
                 }),
                 ..config.clone()
             };

@@ -430,8 +430,14 @@ fn load(
         input_shape: [c.batch, ch, h, w],
         threads: config.threads,
         half_io: c.compression == Compression::Fp16,
-        tvm: (c.compiler == dlas_backends::TVM)
-            .then(|| tvm_tuning::options(&config.project_root, &config.tvm_tuning, c)),
+        tvm: (c.compiler == dlas_backends::TVM).then(|| {
+            tvm_tuning::options(
+                &config.project_root,
+                &config.tvm_tuning,
+                c,
+                config.foreign_tuning,
+            )
+        }),
     };
     let loaded = if c.is_native() {
         crate::native::load(&path, c, config.threads, tuned.as_ref().ok())

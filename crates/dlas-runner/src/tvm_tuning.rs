@@ -71,12 +71,14 @@ pub fn summary(results_dir: &Path, c: &Combination) -> Result<Option<Summary>> {
         .with_context(|| format!("{} is not a TVM tuning summary", path.display()))
 }
 
-/// How the runner builds `c`'s TVM session: untuned, or from its database.
-pub fn options(project_root: &Path, results_dir: &Path, c: &Combination) -> Options {
+/// How the runner builds `c`'s TVM session: untuned, or from its database
+/// (another CPU's only if `foreign`, as `--foreign-tuning` says).
+pub fn options(project_root: &Path, results_dir: &Path, c: &Combination, foreign: bool) -> Options {
     Options {
         python: tvm_runtime::python(project_root),
         algorithm: c.algorithm.to_string(),
         database: c.tuned.then(|| database_dir(results_dir, c)),
+        foreign,
     }
 }
 
@@ -154,7 +156,7 @@ pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option
     std::fs::create_dir_all(&partial)?;
     let options = Options {
         database: Some(partial.clone()),
-        ..options(project_root, results_dir, c)
+        ..options(project_root, results_dir, c, false)
     };
     let report = tvm_runtime::tune(
         &job.model,
@@ -292,11 +294,11 @@ mod tests {
             tuned: false,
             ..c.clone()
         };
-        let opts = options(Path::new("/p"), Path::new("r"), &untuned);
+        let opts = options(Path::new("/p"), Path::new("r"), &untuned, false);
         assert_eq!(opts.database, None);
         assert_eq!(opts.algorithm, "spatial-pack");
         assert_eq!(
-            options(Path::new("/p"), Path::new("r"), &c).database,
+            options(Path::new("/p"), Path::new("r"), &c, false).database,
             Some(database_dir(Path::new("r"), &c))
         );
     }

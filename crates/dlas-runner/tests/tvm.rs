@@ -69,6 +69,7 @@ fn options(algorithm: &str, database: Option<PathBuf>) -> tvm_runtime::Options {
         python: tvm_runtime::python(&root()),
         algorithm: algorithm.into(),
         database,
+        foreign: false,
     }
 }
 
@@ -130,7 +131,7 @@ fn a_tuned_session_applies_the_database_metaschedule_wrote() {
     assert!(tvm_tuning::is_tuned(&results, &c));
     // A second tuning of the same network keeps the database.
     assert_eq!(tvm_tuning::tune(&root(), &results, &job).unwrap(), None);
-    let (session, output) = run(&model, tvm_tuning::options(&root(), &results, &c));
+    let (session, output) = run(&model, tvm_tuning::options(&root(), &results, &c, false));
     let provider = session.provider();
     assert!(
         provider.contains("gemm convolutions, tuned: "),
@@ -146,4 +147,37 @@ fn a_tuned_session_applies_the_database_metaschedule_wrote() {
         ),
         "{described}"
     );
+
+    // The same database as if tuned on another CPU: refused, unless the
+    // caller accepts another CPU's schedules, and then the row says so.
+    let records = database.join("database_tuning_record.json");
+    let moved: String = std::fs::read_to_string(&records)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+            record[1][2]["mcpu"] = "bdver1".into();
+            format!("{record}\n")
+        })
+        .collect();
+    std::fs::write(&records, moved).unwrap();
+    let refused = dlas_backends::load(
+        TVM,
+        &model,
+        &config(Some(tvm_tuning::options(&root(), &results, &c, false))),
+    )
+    .err()
+    .expect("another CPU's database is refused")
+    .to_string();
+    assert!(
+        refused.contains("tuned on bdver1") && refused.contains("--foreign-tuning"),
+        "{refused}"
+    );
+    let (session, output) = run(&model, tvm_tuning::options(&root(), &results, &c, true));
+    let provider = session.provider();
+    assert!(
+        provider.contains("tuned on another CPU (bdver1)"),
+        "{provider}"
+    );
+    assert!(relative_l2(&output, &expected) < 1e-4);
 }

@@ -166,6 +166,7 @@ fn tvm_boundary(python: &std::path::Path) -> Result<()> {
             python: python.to_path_buf(),
             algorithm: "direct".into(),
             database: None,
+            foreign: false,
         }),
     };
     let mut session = dlas_backends::load(dlas_backends::TVM, &model, &config)?;

@@ -59,8 +59,9 @@ pub struct Args {
     /// (default: data/results/<study>/tuning/best.json, written by `dlas tune`).
     #[arg(long)]
     tuning: Option<PathBuf>,
-    /// Apply schedules tuned on another machine when the tuning file has
-    /// none for this one (the provider column says so).
+    /// Apply schedules tuned on another machine when the tuning file (or
+    /// a TVM row's MetaSchedule database) has none for this one (the
+    /// provider column says so).
     #[arg(long)]
     foreign_tuning: bool,
     /// Host: measure again the combinations the results file records as

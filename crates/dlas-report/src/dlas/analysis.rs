@@ -8,13 +8,25 @@ use crate::figure::{
 };
 use crate::inputs::{Inputs, footer};
 use crate::table::Table;
-use dlas_core::{Algorithm, Compression, Dataset, ResultRow};
+use dlas_core::{Algorithm, Compression, Dataset, Layout, ResultRow};
 use dlas_devices::DeviceKind;
 use std::collections::BTreeMap;
 
-/// Medians of native rows, keyed by (device, dataset, model, compression, algorithm, tuned).
+/// A cell of [`Index`]: device, dataset, model, compression, algorithm,
+/// layout, tuned.
+type Cell<'a> = (
+    &'a str,
+    Dataset,
+    &'a str,
+    Compression,
+    Algorithm,
+    Layout,
+    bool,
+);
+
+/// Medians of native rows, keyed by [`Cell`].
 pub struct Index<'a> {
-    times: BTreeMap<(&'a str, Dataset, &'a str, Compression, Algorithm, bool), f64>,
+    times: BTreeMap<Cell<'a>, f64>,
 }
 
 impl<'a> Index<'a> {
@@ -30,6 +42,7 @@ impl<'a> Index<'a> {
                         r.model.as_str(),
                         r.compression,
                         r.algorithm,
+                        r.layout,
                         r.tuned,
                     ),
                     r.median_ms?,
@@ -39,6 +52,8 @@ impl<'a> Index<'a> {
         Index { times }
     }
 
+    /// The time in NCHW, the layout of the paper's comparisons (the
+    /// blocked layout, an addition, is in the time tables and figure 4).
     pub fn time(
         &self,
         device: &str,
@@ -48,7 +63,23 @@ impl<'a> Index<'a> {
         a: Algorithm,
         tuned: bool,
     ) -> Option<f64> {
-        self.times.get(&(device, d, model, c, a, tuned)).copied()
+        self.time_in(Layout::Nchw, device, d, model, c, a, tuned)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_in(
+        &self,
+        layout: Layout,
+        device: &str,
+        d: Dataset,
+        model: &str,
+        c: Compression,
+        a: Algorithm,
+        tuned: bool,
+    ) -> Option<f64> {
+        self.times
+            .get(&(device, d, model, c, a, layout, tuned))
+            .copied()
     }
 
     /// The fastest of the algorithms the DLAS paper compared, and its time
@@ -129,11 +160,12 @@ pub fn time_table(inputs: &Inputs, number: usize, dataset: Dataset, kind: Device
     let mut rows = Vec::new();
     for model in models(inputs, dataset) {
         for c in &inputs.study.compressions {
-            for &a in &inputs.study.algorithms {
-                let mut row = vec![model.clone(), c.id.to_string(), a.to_string()];
+            for (a, layout) in kernels(inputs) {
+                let mut row = vec![model.clone(), c.id.to_string(), kernel_name(a, layout)];
                 for d in &devices {
                     for tuned in [false, true] {
-                        row.push(ms(index.time(d, dataset, &model, c.id, a, tuned)));
+                        let time = index.time_in(layout, d, dataset, &model, c.id, a, tuned);
+                        row.push(ms(time));
                     }
                 }
                 // A combination no device has (a study rule excludes it
@@ -165,6 +197,31 @@ pub fn time_table(inputs: &Inputs, number: usize, dataset: Dataset, kind: Device
             },
             crate::provenance::model_note(inputs, &devices),
         ),
+    }
+}
+
+/// The study's algorithms in NCHW, then each in every other layout of the
+/// study (the blocked layout, an addition): the rows of the time tables and
+/// the series of figure 4.
+fn kernels(inputs: &Inputs) -> Vec<(Algorithm, Layout)> {
+    let mut out: Vec<(Algorithm, Layout)> = inputs
+        .study
+        .algorithms
+        .iter()
+        .map(|&a| (a, Layout::Nchw))
+        .collect();
+    for &layout in inputs.study.layouts.iter().filter(|&&l| l != Layout::Nchw) {
+        out.extend(inputs.study.algorithms.iter().map(|&a| (a, layout)));
+    }
+    out
+}
+
+/// `direct`, or `direct nchw16c` outside NCHW.
+fn kernel_name(a: Algorithm, layout: Layout) -> String {
+    if layout == Layout::Nchw {
+        a.to_string()
+    } else {
+        format!("{a} {layout}")
     }
 }
 
@@ -373,7 +430,7 @@ pub fn tuning_speedup(inputs: &Inputs, footer: String) -> FigureData {
 }
 
 /// Figure 4: each device's untuned batch-1 times per network, compression
-/// and algorithm.
+/// and algorithm, and of the blocked layout where a device ran it.
 pub fn inference_time(inputs: &Inputs) -> FigureData {
     let rows: Vec<&ResultRow> = inputs
         .results
@@ -399,13 +456,10 @@ pub fn inference_time(inputs: &Inputs) -> FigureData {
                 groups.push(format!("{dataset}/{model} {}", c.id));
             }
         }
-        let series = inputs
-            .study
-            .algorithms
-            .iter()
-            .map(|&algorithm| Series {
-                name: algorithm.to_string(),
-                values: keys
+        let series = kernels(inputs)
+            .into_iter()
+            .filter_map(|(algorithm, layout)| {
+                let values: Vec<Option<f64>> = keys
                     .iter()
                     .map(|(dataset, model, compression)| {
                         rows.iter()
@@ -415,10 +469,19 @@ pub fn inference_time(inputs: &Inputs) -> FigureData {
                                     && &r.model == model
                                     && r.compression == *compression
                                     && r.algorithm == algorithm
+                                    && r.layout == layout
                             })
                             .and_then(|r| r.median_ms)
                     })
-                    .collect(),
+                    .collect();
+                // Outside NCHW, a kernel this device did not run (the
+                // rules keep the blocked layout to one algorithm, on
+                // CPUs) has no series.
+                let shown = layout == Layout::Nchw || values.iter().any(Option::is_some);
+                shown.then(|| Series {
+                    name: kernel_name(algorithm, layout),
+                    values,
+                })
             })
             .collect();
         panels.push(Panel {
@@ -448,8 +511,8 @@ pub fn winograd_note(inputs: &Inputs) -> String {
     let mut cells = 0;
     let mut wins = 0;
     let mut faster = Vec::new();
-    for (device, d, model, c, a, tuned) in index.times.keys() {
-        if *a != Algorithm::Winograd || *c != Compression::Dense {
+    for (device, d, model, c, a, layout, tuned) in index.times.keys() {
+        if *a != Algorithm::Winograd || *c != Compression::Dense || *layout != Layout::Nchw {
             continue;
         }
         let (Some(w), Some((_, best))) = (
@@ -488,4 +551,54 @@ pub fn native_footer(inputs: &Inputs) -> String {
         .map(|(d, _)| d)
         .collect();
     footer(inputs, &devices)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claims::fixtures::row;
+
+    #[test]
+    fn the_blocked_layout_has_its_own_cells_and_stays_out_of_the_best() {
+        let nchw = |a, ms| {
+            row(
+                "i7",
+                Dataset::Cifar10,
+                "vgg16",
+                Compression::Dense,
+                a,
+                false,
+                ms,
+            )
+        };
+        let blocked = ResultRow {
+            layout: Layout::Nchw16c,
+            ..nchw(Algorithm::Direct, 1.0)
+        };
+        let rows = [
+            nchw(Algorithm::Direct, 9.0),
+            blocked,
+            nchw(Algorithm::Gemm, 3.0),
+        ];
+        let index = Index::new(&rows);
+        let time = |layout| {
+            index.time_in(
+                layout,
+                "i7",
+                Dataset::Cifar10,
+                "vgg16",
+                Compression::Dense,
+                Algorithm::Direct,
+                false,
+            )
+        };
+        assert_eq!(time(Layout::Nchw), Some(9.0));
+        assert_eq!(time(Layout::Nchw16c), Some(1.0));
+        let best = index.best("i7", Dataset::Cifar10, "vgg16", Compression::Dense, false);
+        assert_eq!(best, Some((Algorithm::Gemm, 3.0)));
+        assert_eq!(
+            kernel_name(Algorithm::Direct, Layout::Nchw16c),
+            "direct nchw16c"
+        );
+    }
 }
