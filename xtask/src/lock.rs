@@ -136,10 +136,16 @@ fn hash_data_files(root: &Path) -> Result<String> {
     Ok(out)
 }
 
+/// The files under `dir`, except those in a `*.partial` folder: an
+/// unfinished TVM tuning (git-ignored, moved into place when it ends), whose
+/// files a lock must not name, as a clean checkout never has them.
 fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let path = entry?.path();
         if path.is_dir() {
+            if path.extension().is_some_and(|e| e == "partial") {
+                continue;
+            }
             collect(&path, out)?;
         } else {
             out.push(path);
@@ -151,6 +157,22 @@ fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unfinished_tuning_is_not_locked() {
+        let root = tempfile::tempdir().unwrap();
+        let tvm = root.path().join("data/results/s/tuning/tvm");
+        std::fs::create_dir_all(tvm.join("net-b1.partial")).unwrap();
+        std::fs::create_dir_all(tvm.join("done-b1")).unwrap();
+        std::fs::write(tvm.join("net-b1.partial/database_workload.json"), "x").unwrap();
+        std::fs::write(tvm.join("done-b1/tuning.json"), "{}").unwrap();
+        let lock = hash_data_files(root.path()).unwrap();
+        assert!(
+            lock.contains("data/results/s/tuning/tvm/done-b1/tuning.json"),
+            "{lock}"
+        );
+        assert!(!lock.contains(".partial"), "{lock}");
+    }
 
     #[test]
     fn a_model_matches_any_of_its_locked_builds_and_nothing_else() {
