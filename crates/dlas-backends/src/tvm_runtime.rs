@@ -98,6 +98,12 @@ pub struct Tuning {
     pub budget: usize,
     /// Tasks with at least one valid record in the database.
     pub tuned_tasks: usize,
+    /// Candidates in the database, this call's and those of the
+    /// interrupted tuning it resumed.
+    pub records: usize,
+    /// Tasks the interrupted tuning had finished, not tuned again.
+    pub resumed_tasks: usize,
+    /// This call's wall time.
     pub wall_s: f64,
 }
 

@@ -17,9 +17,12 @@ as {"error": "..."} and exits 1):
          --threads T [--seed S]
          [--population P] [--build-timeout S] [--run-timeout S]
          -> {"tasks","trials","budget","trials_per_task","records","valid_records",
-             "tuned_tasks","wall_s","tvm","target","algorithm","seed","population"}
+             "tuned_tasks","resumed_tasks","wall_s","tvm","target","algorithm","seed",
+             "population"}
          DIR receives MetaSchedule's database_workload.json, database_tuning_record.json
-         and logs/; tuning into an existing DIR adds to its database.
+         and logs/.  Tuning into a DIR that holds records resumes it: tasks with the
+         budget's candidates measured there already are not tuned again (resumed_tasks
+         counts them), and the records must be this CPU's.
   serve  --model M.onnx --input-shape ... --algorithm A --database DIR|none --threads T
          [--foreign]
          -> {"ready":true,"tvm","target","tuned_on","build_s","tasks","tuned_tasks","threads"},
@@ -351,6 +354,8 @@ def cmd_tune(args):
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
+    from tvm.s_tir.meta_schedule.relax_integration import extracted_tasks_to_tune_contexts
+    from tvm.s_tir.meta_schedule.tune import tune_tasks
     from tvm_ffi import structural_hash
 
     random.seed(args.seed)
@@ -370,27 +375,67 @@ def cmd_tune(args):
         per_task = max(1, -(-args.trials // max(1, len(tasks))))
         total = args.trials
     os.makedirs(args.work_dir, exist_ok=True)
-    before = _count_lines(os.path.join(args.work_dir, "database_tuning_record.json"))
-    db = ms.relax_integration.tune_relax(
-        mod=mod, params={}, target=target, work_dir=args.work_dir,
-        max_trials_global=total, max_trials_per_task=per_task,
-        num_trials_per_iter=min(64, per_task),
-        builder=ms.builder.LocalBuilder(f_build=_ms_build, timeout_sec=args.build_timeout),
-        runner=ms.runner.LocalRunner(timeout_sec=args.run_timeout),
-        cost_model=ms.cost_model.XGBModel(config=XGBConfig(seed=args.seed)),
+    records_path = os.path.join(args.work_dir, "database_tuning_record.json")
+    before = _count_lines(records_path)
+    measured = _measured_per_task(args.work_dir, records_path,
+                                  str(target.attrs["mcpu"])) if before else {}
+    # One context per task, made for all of them before any is left out, so that a
+    # task's random state (forked from the seed by its position) is the same in a
+    # resumed tuning as in one that ran straight through.
+    contexts, weights = extracted_tasks_to_tune_contexts(
+        extracted_tasks=tasks, work_dir=args.work_dir, space="post-order-apply",
         strategy=ms.search_strategy.EvolutionarySearch(population_size=args.population),
         seed=args.seed)  # seeds the per-task random states (search and mutation)
+    left = [(c, w) for c, w in zip(contexts, weights)
+            if measured.get(structural_hash(c.mod), 0) < per_task]
+    if left:
+        db = tune_tasks(
+            tasks=[c for c, _ in left], task_weights=[w for _, w in left],
+            work_dir=args.work_dir, max_trials_global=min(total, per_task * len(left)),
+            max_trials_per_task=per_task, num_trials_per_iter=min(64, per_task),
+            builder=ms.builder.LocalBuilder(f_build=_ms_build, timeout_sec=args.build_timeout),
+            runner=ms.runner.LocalRunner(timeout_sec=args.run_timeout),
+            database="json",
+            cost_model=ms.cost_model.XGBModel(config=XGBConfig(seed=args.seed)),
+            measure_callbacks="default", task_scheduler="gradient",
+            module_equality="structural")
+    else:
+        db = ms.database.JSONDatabase(work_dir=args.work_dir)
     records = db.get_all_tuning_records()
     valid = [r for r in records if r.run_secs and all(float(s) < 1e9 for s in r.run_secs)]
     tuned = {structural_hash(r.workload.mod) for r in valid}
     # trials: records this run added to DIR (one per measured candidate); records,
     # valid_records (finite run time) and tuned_tasks describe the whole database in DIR.
     _emit({"tasks": len(tasks), "trials": len(records) - before, "budget": total,
+           "resumed_tasks": len(contexts) - len(left),
            "trials_per_task": per_task, "records": len(records),
            "valid_records": len(valid), "tuned_tasks": len(tuned),
            "wall_s": round(time.perf_counter() - t0, 3), "tvm": tvm.__version__,
            "target": str(target), "algorithm": args.algorithm, "seed": args.seed,
            "population": args.population})
+
+
+def _measured_per_task(work_dir, records, here):
+    """Candidates already measured per task (by the structural hash of its workload) in
+    the database of an interrupted tuning in work_dir, which this one resumes.
+
+    Why: a network of 176 tasks tunes for about 45 minutes per algorithm on 2 cores; an
+    interruption should cost the task in flight, not the tasks already measured.  Only
+    the CPU that measured them may resume (their times are that CPU's).
+    """
+    from tvm.s_tir import meta_schedule as ms
+    from tvm_ffi import structural_hash
+
+    theirs = database_cpus(records)
+    if theirs != [here]:
+        raise ValueError(
+            f"{work_dir} is an unfinished tuning measured on {', '.join(theirs)}, but this "
+            f"CPU is {here}: remove {work_dir} to start it over here")
+    counts = {}
+    for r in ms.database.JSONDatabase(work_dir=work_dir).get_all_tuning_records():
+        h = structural_hash(r.workload.mod)
+        counts[h] = counts.get(h, 0) + 1
+    return counts
 
 
 def _count_lines(path):

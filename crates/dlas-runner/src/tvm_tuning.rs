@@ -6,8 +6,10 @@
 //! `tuning.json` says what the search was (trials, tasks, wall time,
 //! threads, seed, TVM and target); its presence marks a finished tuning.
 //! A tuning runs in a `.partial` folder and is moved into place when it
-//! ends, so an interrupted one starts over rather than leaving half a
-//! database that a run would apply.
+//! ends, so a run never applies half a database; an interrupted tuning is
+//! resumed from that folder by the next `dlas tune` on the same CPU (the
+//! tasks it had finished are not tuned again; its wall time and sessions
+//! are summed in [`Progress`]).
 
 use anyhow::{Context, Result, bail};
 use dlas_backends::tvm_runtime::{self, Options};
@@ -33,6 +35,77 @@ pub struct Summary {
     /// The evolutionary search's population per round ([`POPULATION`]).
     pub population: usize,
     pub tvm: String,
+    /// How many runs of `dlas tune` it took (more than one when an
+    /// interrupted tuning was resumed; `wall_s` sums theirs).
+    #[serde(default = "one")]
+    pub sessions: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// The sessions of an unfinished tuning so far, kept in its `.partial`
+/// folder: an interrupted session cannot say when it stopped, so its wall
+/// time is read when the next one starts, as the time from its start to
+/// the last record it wrote (MetaSchedule appends one per candidate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Progress {
+    /// Wall time of the sessions before this one.
+    earlier_s: f64,
+    /// Sessions, this one included.
+    sessions: usize,
+    /// When this session started (seconds since the Unix epoch).
+    started_unix_s: f64,
+}
+
+impl Progress {
+    const FILE: &str = "progress.json";
+
+    /// This session's progress in `partial`: the first, or the next after
+    /// the interrupted session recorded there.
+    fn start(partial: &Path) -> Result<Progress> {
+        let now = unix_s(std::time::SystemTime::now());
+        let path = partial.join(Self::FILE);
+        let earlier = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(
+                serde_json::from_str::<Progress>(&text)
+                    .with_context(|| format!("{} does not parse", path.display()))?,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        let progress = match earlier {
+            None => Progress {
+                earlier_s: 0.0,
+                sessions: 1,
+                started_unix_s: now,
+            },
+            // A session that wrote no record (refused, or stopped while
+            // extracting tasks) is replaced by this one, not counted.
+            Some(p) => {
+                let last_record = std::fs::metadata(partial.join("database_tuning_record.json"))
+                    .and_then(|m| m.modified())
+                    .map(unix_s)
+                    .unwrap_or(p.started_unix_s);
+                let worked = last_record - p.started_unix_s;
+                Progress {
+                    earlier_s: p.earlier_s + worked.max(0.0),
+                    sessions: p.sessions + usize::from(worked > 0.0),
+                    started_unix_s: now,
+                }
+            }
+        };
+        let mut json = serde_json::to_string_pretty(&progress)?;
+        json.push('\n');
+        dlas_core::atomic::write_atomic(&path, json.as_bytes())?;
+        Ok(progress)
+    }
+}
+
+fn unix_s(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The population MetaSchedule's evolutionary search scores per round. Its
@@ -90,8 +163,13 @@ pub fn describe(project_root: &Path, results_dir: &Path, c: &Combination) -> Res
     };
     let dir = database_dir(results_dir, c);
     let shown = dir.strip_prefix(project_root).unwrap_or(&dir);
+    let sessions = if s.sessions > 1 {
+        format!(" in {} sessions", s.sessions)
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "; MetaSchedule database {}: {} trials of a budget of {}, {} of {} tasks tuned, {:.0} s on {} thread(s)",
+        "; MetaSchedule database {}: {} trials of a budget of {}, {} of {} tasks tuned, {:.0} s{sessions} on {} thread(s)",
         shown.display(),
         s.trials,
         s.budget,
@@ -128,6 +206,14 @@ pub fn trials_per_task(study: &Study) -> Result<usize> {
         })
 }
 
+/// Whether `c` has an interrupted tuning with records to resume.
+fn resumable(results_dir: &Path, c: &Combination) -> bool {
+    database_dir(results_dir, c)
+        .with_extension("partial")
+        .join("database_tuning_record.json")
+        .is_file()
+}
+
 /// What tuning a network needs: its ONNX file, input shape, threads,
 /// budget per task and seed.
 pub struct Job<'a> {
@@ -149,11 +235,8 @@ pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option
     }
     let dir = database_dir(results_dir, c);
     let partial = dir.with_extension("partial");
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial)
-            .with_context(|| format!("cannot remove the unfinished {}", partial.display()))?;
-    }
     std::fs::create_dir_all(&partial)?;
+    let progress = Progress::start(&partial)?;
     let options = Options {
         database: Some(partial.clone()),
         ..options(project_root, results_dir, c, false)
@@ -183,13 +266,15 @@ pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option
     if logs.exists() {
         std::fs::remove_dir_all(&logs)?;
     }
+    std::fs::remove_file(partial.join(Progress::FILE))?;
     let summary = Summary {
         trials_per_task: job.trials_per_task,
         budget: report.budget,
-        trials: report.trials,
+        trials: report.records,
         tasks: report.tasks,
         tuned_tasks: report.tuned_tasks,
-        wall_s: (report.wall_s * 10.0).round() / 10.0,
+        wall_s: ((progress.earlier_s + report.wall_s) * 10.0).round() / 10.0,
+        sessions: progress.sessions,
         threads: job.threads,
         seed: job.seed,
         population: job.population,
@@ -241,8 +326,13 @@ pub fn tune_all(
         }
         let model = models.path(study, &crate::models::model_file_of(c))?;
         let [ch, h, w] = c.dataset.input_chw();
+        let verb = if resumable(results_dir, c) {
+            "resuming the interrupted tuning of"
+        } else {
+            "tuning"
+        };
         let spinner = crate::progress::spinner(&format!(
-            "[{}/{}] tuning {label} with MetaSchedule ({trials_per_task} trials per task)",
+            "[{}/{}] {verb} {label} with MetaSchedule ({trials_per_task} trials per task)",
             i + 1,
             jobs.len()
         ));

@@ -181,3 +181,105 @@ fn a_tuned_session_applies_the_database_metaschedule_wrote() {
     );
     assert!(relative_l2(&output, &expected) < 1e-4);
 }
+
+#[test]
+fn an_interrupted_tuning_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = small_model(dir.path());
+    let results = dir.path().join("results");
+    let c = Combination {
+        algorithm: Algorithm::Direct,
+        tuned: true,
+        ..Combination::host(Dataset::Cifar10, "small", TVM)
+    };
+    let job = tvm_tuning::Job {
+        combination: &c,
+        model: model.clone(),
+        input_shape: [1, 3, 32, 32],
+        threads: 2,
+        trials_per_task: 2,
+        population: 16,
+        seed: 5,
+    };
+    let whole = tvm_tuning::tune(&root(), &results, &job)
+        .unwrap()
+        .expect("tuned now");
+    assert_eq!(whole.sessions, 1);
+    // The finished tuning made unfinished again, as if interrupted after
+    // its first task: moved back to `.partial`, the first task's records
+    // kept, and a session that started 100 s before its last record.
+    let database = tvm_tuning::database_dir(&results, &c);
+    let partial = database.with_extension("partial");
+    std::fs::rename(&database, &partial).unwrap();
+    std::fs::remove_file(partial.join("tuning.json")).unwrap();
+    let records = partial.join("database_tuning_record.json");
+    let first_task = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|line| serde_json::from_str::<serde_json::Value>(line).unwrap()[0] == 0)
+            .map(String::from)
+            .collect()
+    };
+    let kept = first_task(&std::fs::read_to_string(&records).unwrap());
+    assert!(!kept.is_empty() && kept.len() < whole.trials, "{whole:?}");
+    let write_records = |mcpu: Option<&str>| {
+        let text: String = kept
+            .iter()
+            .map(|line| match mcpu {
+                None => format!("{line}\n"),
+                Some(mcpu) => {
+                    let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+                    record[1][2]["mcpu"] = mcpu.into();
+                    format!("{record}\n")
+                }
+            })
+            .collect();
+        std::fs::write(&records, text).unwrap();
+    };
+    let interrupted = |started: f64| {
+        let progress = serde_json::json!({
+            "earlier_s": 0.0, "sessions": 1, "started_unix_s": started,
+        });
+        std::fs::write(partial.join("progress.json"), progress.to_string()).unwrap();
+    };
+    let last_record = || {
+        std::fs::metadata(&records)
+            .unwrap()
+            .modified()
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    // Another CPU's unfinished tuning is not resumed here: its candidates'
+    // times are that CPU's.
+    write_records(Some("bdver1"));
+    interrupted(last_record() - 100.0);
+    let refused = tvm_tuning::tune(&root(), &results, &job)
+        .expect_err("another CPU's unfinished tuning is refused")
+        .to_string();
+    assert!(
+        refused.contains("unfinished tuning measured on bdver1") && refused.contains("remove"),
+        "{refused}"
+    );
+    write_records(None);
+    interrupted(last_record() - 100.0);
+    let resumed = tvm_tuning::tune(&root(), &results, &job)
+        .unwrap()
+        .expect("tuned now");
+    assert_eq!(resumed.sessions, 2);
+    assert!(resumed.wall_s >= 100.0, "{resumed:?}");
+    assert_eq!(resumed.tasks, whole.tasks);
+    assert_eq!(resumed.tuned_tasks, whole.tuned_tasks, "{resumed:?}");
+    // The first task was not tuned again; the others were.
+    let text = std::fs::read_to_string(database.join("database_tuning_record.json")).unwrap();
+    assert_eq!(first_task(&text), kept);
+    assert_eq!(resumed.trials, text.lines().count());
+    assert!(resumed.trials > kept.len(), "{resumed:?}");
+    assert!(!database.join("progress.json").exists());
+    assert!(!partial.exists());
+    let described = tvm_tuning::describe(dir.path(), &results, &c).unwrap();
+    assert!(
+        described.contains(" s in 2 sessions on 2 thread(s)"),
+        "{described}"
+    );
+}
