@@ -197,8 +197,8 @@ fn an_interrupted_tuning_resumes_where_it_stopped() {
         model: model.clone(),
         input_shape: [1, 3, 32, 32],
         threads: 2,
-        trials_per_task: 2,
-        population: 16,
+        trials_per_task: 1,
+        population: 8,
         seed: 5,
     };
     let whole = tvm_tuning::tune(&root(), &results, &job)
