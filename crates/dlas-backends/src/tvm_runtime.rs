@@ -60,6 +60,29 @@ pub fn check_installed(python: &Path) -> Result<()> {
     }
 }
 
+/// This CPU as LLVM names it (`znver4`, `sapphirerapids`): the `mcpu` that
+/// MetaSchedule's records carry and the helper checks a database against.
+pub fn this_cpu(python: &Path) -> Result<String> {
+    #[derive(Deserialize)]
+    struct Cpu {
+        mcpu: String,
+    }
+    let (mut child, stderr) = spawn(python, 1, &["cpu".to_string()])?;
+    drop(child.stdin.take());
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout is piped")
+        .read_to_string(&mut out)?;
+    if !child.wait()?.success() {
+        bail!("TVM could not name this CPU: {}", why(&stderr));
+    }
+    let cpu: Cpu = serde_json::from_str(out.trim())
+        .map_err(|e| anyhow!("TVM's CPU report `{}` does not parse: {e}", out.trim()))?;
+    Ok(cpu.mcpu)
+}
+
 /// How a TVM session is built.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {

@@ -37,6 +37,7 @@ as {"error": "..."} and exits 1):
          synchronous, so no work is left pending).  The wire format is always f32,
          also for float16 models (converted on both sides, outside the timed region).
          A model with several outputs replies with its first output.
+  cpu    -> {"mcpu"}: this CPU as LLVM names it, the `mcpu` tuning records carry
   check  --model M.onnx --input-shape ... --algorithm A [--database DIR] [--threads T]
          [--seed S] [--runs K] [--save-npy OUT.npy]
          -> the build info, output shape, first values, median run time; the input is
@@ -558,9 +559,16 @@ def cmd_check(args):
            "runs": args.runs, "median_ms": float(np.median(times)) / 1e6 if times else None})
 
 
+def cmd_cpu(_args):
+    import tvm
+
+    _emit({"mcpu": tvm.target.codegen.llvm_get_system_cpu()})
+
+
 def main(argv=None):
     p = _Parser(prog="dlas_tvm", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("cpu")
     for name in ("tune", "serve", "check"):
         s = sub.add_parser(name)
         s.add_argument("--model", required=True)
@@ -591,9 +599,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     _claim_stdout()
     # Read by TVM's thread pool when it starts (also in tuning workers): set before import.
-    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    os.environ["TVM_NUM_THREADS"] = str(getattr(args, "threads", 1))
     try:
-        {"tune": cmd_tune, "serve": cmd_serve, "check": cmd_check}[args.cmd](args)
+        {"tune": cmd_tune, "serve": cmd_serve, "check": cmd_check, "cpu": cmd_cpu}[args.cmd](args)
     except BaseException as e:  # noqa: BLE001 - report every failure the same way
         if isinstance(e, SystemExit) and not e.code:
             raise

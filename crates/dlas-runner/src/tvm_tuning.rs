@@ -39,6 +39,16 @@ pub struct Summary {
     /// interrupted tuning was resumed; `wall_s` sums theirs).
     #[serde(default = "one")]
     pub sessions: usize,
+    /// sha256 of the ONNX file tuned: another study's tuning is reused
+    /// only for the same file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_sha256: Option<String>,
+    /// The database this one is a copy of, relative to the project root:
+    /// another study's tuning of the same file, algorithm, batch size and
+    /// budget on this CPU, which tuning again would only repeat (the
+    /// copies' files are the same git objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_from: Option<String>,
 }
 
 fn one() -> usize {
@@ -126,9 +136,39 @@ fn summary_path(results_dir: &Path, c: &Combination) -> PathBuf {
     database_dir(results_dir, c).join("tuning.json")
 }
 
-/// Whether `c`'s network has been tuned.
+/// Whether `c`'s network has been tuned (on any CPU).
 pub fn is_tuned(results_dir: &Path, c: &Combination) -> bool {
     summary_path(results_dir, c).is_file()
+}
+
+/// Whether `c`'s network has been tuned on `cpu` (LLVM's name for it, as
+/// [`tvm_runtime::this_cpu`] gives it): another CPU's database is refused
+/// by runs here, so `dlas tune` tunes it again for this one.
+pub fn is_tuned_on(results_dir: &Path, c: &Combination, cpu: &str) -> Result<bool> {
+    Ok(is_tuned(results_dir, c)
+        && database_cpu(&database_dir(results_dir, c))?.as_deref() == Some(cpu))
+}
+
+/// The CPU (LLVM's `mcpu`) the candidates in database folder `dir` were
+/// measured on, read from its first record; `None` without records.
+pub fn database_cpu(dir: &Path) -> Result<Option<String>> {
+    use std::io::BufRead;
+    let path = dir.join("database_tuning_record.json");
+    let file = match std::fs::File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let mut line = String::new();
+    std::io::BufReader::new(file)
+        .read_line(&mut line)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let record: serde_json::Value = serde_json::from_str(&line)
+        .with_context(|| format!("{}: line 1 is not a MetaSchedule record", path.display()))?;
+    Ok(record[1][2]["mcpu"].as_str().map(String::from))
 }
 
 /// The tuning of `c`'s network, if it has been tuned.
@@ -168,8 +208,12 @@ pub fn describe(project_root: &Path, results_dir: &Path, c: &Combination) -> Res
     } else {
         String::new()
     };
+    let copied = s
+        .copied_from
+        .as_ref()
+        .map_or(String::new(), |from| format!(" (a copy of {from})"));
     Ok(format!(
-        "; MetaSchedule database {}: {} trials of a budget of {}, {} of {} tasks tuned, {:.0} s{sessions} on {} thread(s)",
+        "; MetaSchedule database {}{copied}: {} trials of a budget of {}, {} of {} tasks tuned, {:.0} s{sessions} on {} thread(s)",
         shown.display(),
         s.trials,
         s.budget,
@@ -216,6 +260,7 @@ fn resumable(results_dir: &Path, c: &Combination) -> bool {
 
 /// What tuning a network needs: its ONNX file, input shape, threads,
 /// budget per task and seed.
+#[derive(Clone)]
 pub struct Job<'a> {
     pub combination: &'a Combination,
     pub model: PathBuf,
@@ -227,13 +272,42 @@ pub struct Job<'a> {
 }
 
 /// Tunes `job`'s network into its database folder under `results_dir`,
-/// unless it is there already (`None`).
+/// unless it is there already, tuned on this CPU (`None`). Another CPU's
+/// database there is replaced; another study's tuning of the same model
+/// file, algorithm, batch size and budget on this CPU is copied rather
+/// than repeated.
 pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option<Summary>> {
+    let here = tvm_runtime::this_cpu(&tvm_runtime::python(project_root))?;
+    tune_on(project_root, results_dir, job, &here)
+}
+
+fn tune_on(
+    project_root: &Path,
+    results_dir: &Path,
+    job: &Job,
+    here: &str,
+) -> Result<Option<Summary>> {
     let c = job.combination;
-    if is_tuned(results_dir, c) {
-        return Ok(None);
-    }
     let dir = database_dir(results_dir, c);
+    if is_tuned(results_dir, c) {
+        match database_cpu(&dir)? {
+            Some(cpu) if cpu == here => return Ok(None),
+            theirs => dlas_core::errln!(
+                "{} was tuned on {}; tuning it for this CPU ({here}) replaces it",
+                dir.display(),
+                theirs.as_deref().unwrap_or("no CPU")
+            ),
+        }
+    }
+    let model_sha256 = {
+        use sha2::Digest;
+        let bytes = std::fs::read(&job.model)
+            .with_context(|| format!("cannot read {}", job.model.display()))?;
+        hex::encode(sha2::Sha256::digest(&bytes))
+    };
+    if let Some(summary) = copy_identical(project_root, results_dir, job, here, &model_sha256)? {
+        return Ok(Some(summary));
+    }
     let partial = dir.with_extension("partial");
     std::fs::create_dir_all(&partial)?;
     let progress = Progress::start(&partial)?;
@@ -275,20 +349,84 @@ pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option
         tuned_tasks: report.tuned_tasks,
         wall_s: ((progress.earlier_s + report.wall_s) * 10.0).round() / 10.0,
         sessions: progress.sessions,
+        model_sha256: Some(model_sha256),
+        copied_from: None,
         threads: job.threads,
         seed: job.seed,
         population: job.population,
         tvm: tvm_runtime::VERSION.into(),
     };
-    let mut json = serde_json::to_string_pretty(&summary)?;
+    finish(&partial, &dir, &summary)?;
+    Ok(Some(summary))
+}
+
+/// Writes `summary` into the finished database in `partial` and moves it
+/// into place at `dir`, replacing what was there.
+fn finish(partial: &Path, dir: &Path, summary: &Summary) -> Result<()> {
+    let mut json = serde_json::to_string_pretty(summary)?;
     json.push('\n');
     dlas_core::atomic::write_atomic(&partial.join("tuning.json"), json.as_bytes())?;
     if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
+        std::fs::remove_dir_all(dir)?;
     }
-    std::fs::rename(&partial, &dir)
-        .with_context(|| format!("cannot move {} into place", partial.display()))?;
-    Ok(Some(summary))
+    std::fs::rename(partial, dir)
+        .with_context(|| format!("cannot move {} into place", partial.display()))
+}
+
+/// Copies another study's tuning of `job`'s network, if one under
+/// `results_dir`'s parent matches it: the same model file (sha256), the
+/// same algorithm and batch size (its folder name), the same budget,
+/// population and threads, measured on this CPU, and not itself a copy.
+/// An interrupted tuning of this study's own is resumed instead.
+fn copy_identical(
+    project_root: &Path,
+    results_dir: &Path,
+    job: &Job,
+    here: &str,
+    model_sha256: &str,
+) -> Result<Option<Summary>> {
+    let c = job.combination;
+    let Some(all) = results_dir.parent() else {
+        return Ok(None);
+    };
+    if resumable(results_dir, c) || !all.is_dir() {
+        return Ok(None);
+    }
+    let mut studies: Vec<PathBuf> = std::fs::read_dir(all)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir() && p.as_path() != results_dir)
+        .collect();
+    studies.sort();
+    for other in studies {
+        let Some(theirs) = summary(&other, c)? else {
+            continue;
+        };
+        let source = database_dir(&other, c);
+        let same = theirs.copied_from.is_none()
+            && theirs.model_sha256.as_deref() == Some(model_sha256)
+            && theirs.trials_per_task == job.trials_per_task
+            && theirs.population == job.population
+            && theirs.threads == job.threads
+            && database_cpu(&source)?.as_deref() == Some(here);
+        if !same {
+            continue;
+        }
+        let dir = database_dir(results_dir, c);
+        let partial = dir.with_extension("partial");
+        std::fs::create_dir_all(&partial)?;
+        for file in ["database_workload.json", "database_tuning_record.json"] {
+            std::fs::copy(source.join(file), partial.join(file))
+                .with_context(|| format!("cannot copy {}", source.join(file).display()))?;
+        }
+        let shown = source.strip_prefix(project_root).unwrap_or(&source);
+        let summary = Summary {
+            copied_from: Some(shown.display().to_string()),
+            ..theirs
+        };
+        finish(&partial, &dir, &summary)?;
+        return Ok(Some(summary));
+    }
+    Ok(None)
 }
 
 /// What [`tune_all`] did.
@@ -312,6 +450,7 @@ pub fn tune_all(
 ) -> Result<Report> {
     let mut models = crate::models::Models::new(project_root)?;
     let mut report = Report::default();
+    let here = tvm_runtime::this_cpu(&tvm_runtime::python(project_root))?;
     let mut seen = std::collections::HashSet::new();
     let jobs: Vec<&Combination> = combinations
         .iter()
@@ -320,7 +459,7 @@ pub fn tune_all(
         .collect();
     for (i, &c) in jobs.iter().enumerate() {
         let label = format!("{}/{} {} b{}", c.dataset, c.model, c.algorithm, c.batch);
-        if is_tuned(results_dir, c) {
+        if is_tuned_on(results_dir, c, &here)? {
             report.already += 1;
             continue;
         }
@@ -345,11 +484,15 @@ pub fn tune_all(
             population: POPULATION,
             seed: study.protocol.seed,
         };
-        let tuned = tune(project_root, results_dir, &job);
+        let tuned = tune_on(project_root, results_dir, &job, &here);
         spinner.finish_and_clear();
-        let summary = tuned?.expect("not tuned before");
+        let summary = tuned?.expect("not tuned on this CPU before");
+        let copied = summary
+            .copied_from
+            .as_ref()
+            .map_or(String::new(), |from| format!(" (copied from {from})"));
         dlas_core::errln!(
-            "[{}/{}] {label}: {} trials, {} of {} tasks tuned, {:.0} s",
+            "[{}/{}] {label}: {} trials, {} of {} tasks tuned, {:.0} s{copied}",
             i + 1,
             jobs.len(),
             summary.trials,
@@ -390,6 +533,98 @@ mod tests {
         assert_eq!(
             options(Path::new("/p"), Path::new("r"), &c, false).database,
             Some(database_dir(Path::new("r"), &c))
+        );
+    }
+
+    /// A finished database of `c` under `results`, one record measured on
+    /// `cpu`, tuned from a file with sha256 `model`.
+    fn fake_tuning(results: &Path, c: &Combination, cpu: &str, model: &str) -> Summary {
+        let dir = database_dir(results, c);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("database_workload.json"), "[\"1\",{}]\n").unwrap();
+        let record = serde_json::json!([0, [[], [0.001], {"kind": "llvm", "mcpu": cpu}, []]]);
+        std::fs::write(
+            dir.join("database_tuning_record.json"),
+            format!("{record}\n"),
+        )
+        .unwrap();
+        let summary = Summary {
+            trials_per_task: 16,
+            budget: 16,
+            trials: 1,
+            tasks: 1,
+            tuned_tasks: 1,
+            wall_s: 12.0,
+            threads: 2,
+            seed: 2023,
+            population: POPULATION,
+            tvm: tvm_runtime::VERSION.into(),
+            sessions: 1,
+            model_sha256: Some(model.into()),
+            copied_from: None,
+        };
+        let json = serde_json::to_string_pretty(&summary).unwrap();
+        std::fs::write(dir.join("tuning.json"), json).unwrap();
+        summary
+    }
+
+    #[test]
+    fn another_studys_tuning_of_the_same_file_on_this_cpu_is_copied_not_repeated() {
+        let root = tempfile::tempdir().unwrap();
+        let results = |study: &str| root.path().join("data/results").join(study);
+        let c = Combination {
+            algorithm: Algorithm::Gemm,
+            tuned: true,
+            ..Combination::host(Dataset::Imagenet, "resnet50", "tvm")
+        };
+        let job = Job {
+            combination: &c,
+            model: PathBuf::from("unused.onnx"),
+            input_shape: [1, 3, 224, 224],
+            threads: 2,
+            trials_per_task: 16,
+            population: POPULATION,
+            seed: 7,
+        };
+        let theirs = fake_tuning(&results("dlas"), &c, "znver4", "aa");
+        std::fs::create_dir_all(results("compilers")).unwrap();
+        let copy = |cpu: &str, model: &str, job: &Job| {
+            copy_identical(root.path(), &results("compilers"), job, cpu, model).unwrap()
+        };
+        // Not the same: another file, another CPU, another budget.
+        assert_eq!(copy("znver4", "bb", &job), None);
+        assert_eq!(copy("sapphirerapids", "aa", &job), None);
+        let other_budget = Job {
+            trials_per_task: 32,
+            ..job.clone()
+        };
+        assert_eq!(copy("znver4", "aa", &other_budget), None);
+        assert!(!is_tuned(&results("compilers"), &c));
+        // The same: copied, saying from where, and tuned on this CPU now.
+        let copied = copy("znver4", "aa", &job).expect("copied");
+        assert_eq!(
+            copied,
+            Summary {
+                copied_from: Some(
+                    "data/results/dlas/tuning/tvm/imagenet-resnet50-dense-gemm-b1".into()
+                ),
+                ..theirs
+            }
+        );
+        assert_eq!(summary(&results("compilers"), &c).unwrap(), Some(copied));
+        assert!(is_tuned_on(&results("compilers"), &c, "znver4").unwrap());
+        assert!(!is_tuned_on(&results("compilers"), &c, "sapphirerapids").unwrap());
+        let file = |study: &str| {
+            std::fs::read(database_dir(&results(study), &c).join("database_tuning_record.json"))
+                .unwrap()
+        };
+        assert_eq!(file("compilers"), file("dlas"));
+        // A copy is not copied again.
+        std::fs::create_dir_all(results("third")).unwrap();
+        std::fs::remove_dir_all(database_dir(&results("dlas"), &c)).unwrap();
+        assert_eq!(
+            copy_identical(root.path(), &results("third"), &job, "znver4", "aa").unwrap(),
+            None
         );
     }
 }
