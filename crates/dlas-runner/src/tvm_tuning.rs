@@ -278,14 +278,21 @@ pub struct Job<'a> {
 /// than repeated.
 pub fn tune(project_root: &Path, results_dir: &Path, job: &Job) -> Result<Option<Summary>> {
     let here = tvm_runtime::this_cpu(&tvm_runtime::python(project_root))?;
-    tune_on(project_root, results_dir, job, &here)
+    tune_on(project_root, results_dir, job, &here, &|_| {})
 }
 
+/// How often a tuning's progress is read from its database.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// [`tune`] on CPU `here`, calling `measured` with the candidates in the
+/// database every [`PROGRESS_EVERY`] while MetaSchedule runs (a network
+/// tunes for up to 45 minutes).
 fn tune_on(
     project_root: &Path,
     results_dir: &Path,
     job: &Job,
     here: &str,
+    measured: &(dyn Fn(usize) + Sync),
 ) -> Result<Option<Summary>> {
     let c = job.combination;
     let dir = database_dir(results_dir, c);
@@ -315,17 +322,38 @@ fn tune_on(
         database: Some(partial.clone()),
         ..options(project_root, results_dir, c, false)
     };
-    let report = tvm_runtime::tune(
-        &job.model,
-        job.input_shape,
-        job.threads,
-        &options,
-        tvm_runtime::Search {
-            trials_per_task: job.trials_per_task,
-            population: job.population,
-            seed: job.seed,
-        },
-    )?;
+    let records = partial.join("database_tuning_record.json");
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    let report = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            use std::sync::atomic::Ordering::Relaxed;
+            let step = std::time::Duration::from_millis(100);
+            while !finished.load(Relaxed) {
+                if let Ok(bytes) = std::fs::read(&records) {
+                    measured(bytes.iter().filter(|&&b| b == b'\n').count());
+                }
+                for _ in 0..PROGRESS_EVERY.as_millis() / step.as_millis() {
+                    if finished.load(Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(step);
+                }
+            }
+        });
+        let report = tvm_runtime::tune(
+            &job.model,
+            job.input_shape,
+            job.threads,
+            &options,
+            tvm_runtime::Search {
+                trials_per_task: job.trials_per_task,
+                population: job.population,
+                seed: job.seed,
+            },
+        );
+        finished.store(true, std::sync::atomic::Ordering::Relaxed);
+        report
+    })?;
     if report.tuned_tasks == 0 {
         bail!(
             "MetaSchedule measured no valid candidate for {}/{} ({} trials); nothing is kept",
@@ -470,11 +498,29 @@ pub fn tune_all(
         } else {
             "tuning"
         };
-        let spinner = crate::progress::spinner(&format!(
+        let message = format!(
             "[{}/{}] {verb} {label} with MetaSchedule ({trials_per_task} trials per task)",
             i + 1,
             jobs.len()
-        ));
+        );
+        let spinner = crate::progress::spinner(&message);
+        // Without a terminal (a log file), a line a minute at most.
+        let logged = std::sync::Mutex::new((std::time::Instant::now(), 0));
+        let measured = |n: usize| {
+            if !spinner.is_hidden() {
+                spinner.set_message(format!("{message}: {n} candidates measured"));
+                return;
+            }
+            let mut last = logged.lock().unwrap_or_else(|e| e.into_inner());
+            if n != last.1 && last.0.elapsed() >= std::time::Duration::from_secs(60) {
+                dlas_core::errln!(
+                    "[{}/{}] {label}: {n} candidates measured",
+                    i + 1,
+                    jobs.len()
+                );
+                *last = (std::time::Instant::now(), n);
+            }
+        };
         let job = Job {
             combination: c,
             model,
@@ -484,7 +530,7 @@ pub fn tune_all(
             population: POPULATION,
             seed: study.protocol.seed,
         };
-        let tuned = tune_on(project_root, results_dir, &job, &here);
+        let tuned = tune_on(project_root, results_dir, &job, &here, &measured);
         spinner.finish_and_clear();
         let summary = tuned?.expect("not tuned on this CPU before");
         let copied = summary
