@@ -175,6 +175,10 @@ pub const TVM_TESTS: &[(&str, &str)] = &[
         "dlas-runner::tvm",
         "a_tuned_session_applies_the_database_metaschedule_wrote",
     ),
+    (
+        "dlas-runner::tvm",
+        "an_interrupted_tuning_resumes_where_it_stopped",
+    ),
 ];
 
 /// A virtual environment built with pip from the hash-pinned requirements:
@@ -275,4 +279,29 @@ fn extract(wheel: &Path, member: &str, to: &Path) -> Result<()> {
 fn sha256(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every test of the TVM binary is in [`super::TVM_TESTS`], so that a
+    /// checkout without TVM skips it rather than fails it.
+    #[test]
+    fn every_tvm_test_is_listed_for_skipping() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../crates/dlas-runner/tests/tvm.rs"
+        );
+        let code = std::fs::read_to_string(path).unwrap();
+        let tests: Vec<&str> = code
+            .split("#[test]")
+            .skip(1)
+            .map(|rest| {
+                let name = rest.split("fn ").nth(1).expect("a test function");
+                &name[..name.find('(').expect("its arguments")]
+            })
+            .collect();
+        assert!(!tests.is_empty());
+        let listed: Vec<&str> = super::TVM_TESTS.iter().map(|&(_, t)| t).collect();
+        assert_eq!(tests, listed);
+    }
 }
