@@ -67,7 +67,19 @@ pub fn this_cpu(python: &Path) -> Result<String> {
     struct Cpu {
         mcpu: String,
     }
-    let (mut child, stderr) = spawn(python, 1, &["cpu".to_string()])?;
+    let cpu: Cpu = report(python, 1, &["cpu".to_string()], "name this CPU")?;
+    Ok(cpu.mcpu)
+}
+
+/// Runs a one-shot subcommand of the helper and parses the JSON line it
+/// reports; `doing` completes "TVM could not …" when it fails.
+fn report<T: serde::de::DeserializeOwned>(
+    python: &Path,
+    threads: usize,
+    args: &[String],
+    doing: &str,
+) -> Result<T> {
+    let (mut child, stderr) = spawn(python, threads, args)?;
     drop(child.stdin.take());
     let mut out = String::new();
     child
@@ -76,11 +88,10 @@ pub fn this_cpu(python: &Path) -> Result<String> {
         .expect("stdout is piped")
         .read_to_string(&mut out)?;
     if !child.wait()?.success() {
-        bail!("TVM could not name this CPU: {}", why(&stderr));
+        bail!("TVM could not {doing}: {}", why(&stderr));
     }
-    let cpu: Cpu = serde_json::from_str(out.trim())
-        .map_err(|e| anyhow!("TVM's CPU report `{}` does not parse: {e}", out.trim()))?;
-    Ok(cpu.mcpu)
+    serde_json::from_str(out.trim())
+        .map_err(|e| anyhow!("TVM's report `{}` does not parse: {e}", out.trim()))
 }
 
 /// How a TVM session is built.
@@ -395,18 +406,10 @@ pub fn tune(
         &search.seed.to_string(),
     ]
     .map(String::from);
-    let (mut child, stderr) = spawn(&options.python, threads, &args)?;
-    drop(child.stdin.take());
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout is piped")
-        .read_to_string(&mut out)?;
-    let status = child.wait()?;
-    if !status.success() {
-        bail!("TVM could not tune {}: {}", model.display(), why(&stderr));
-    }
-    serde_json::from_str(out.trim())
-        .map_err(|e| anyhow!("TVM's tuning report `{}` does not parse: {e}", out.trim()))
+    report(
+        &options.python,
+        threads,
+        &args,
+        &format!("tune {}", model.display()),
+    )
 }

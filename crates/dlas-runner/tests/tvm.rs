@@ -39,6 +39,33 @@ fn small_model(dir: &Path) -> PathBuf {
     path
 }
 
+/// The small network's tuned TVM combination under `algorithm`.
+fn tuned_small(algorithm: Algorithm) -> Combination {
+    Combination {
+        algorithm,
+        tuned: true,
+        ..Combination::host(Dataset::Cifar10, "small", TVM)
+    }
+}
+
+/// A tuning of `c`'s small network with a budget small enough for a test.
+fn small_job<'a>(
+    c: &'a Combination,
+    model: &Path,
+    trials_per_task: usize,
+    population: usize,
+) -> tvm_tuning::Job<'a> {
+    tvm_tuning::Job {
+        combination: c,
+        model: model.to_path_buf(),
+        input_shape: [1, 3, 32, 32],
+        threads: 2,
+        trials_per_task,
+        population,
+        seed: 5,
+    }
+}
+
 fn config(tvm: Option<tvm_runtime::Options>) -> SessionConfig {
     SessionConfig {
         input_shape: [1, 3, 32, 32],
@@ -104,20 +131,8 @@ fn a_tuned_session_applies_the_database_metaschedule_wrote() {
     let model = small_model(dir.path());
     let expected = reference(&model);
     let results = dir.path().join("results");
-    let c = Combination {
-        algorithm: Algorithm::Gemm,
-        tuned: true,
-        ..Combination::host(Dataset::Cifar10, "small", TVM)
-    };
-    let job = tvm_tuning::Job {
-        combination: &c,
-        model: model.clone(),
-        input_shape: [1, 3, 32, 32],
-        threads: 2,
-        trials_per_task: 2,
-        population: 16,
-        seed: 5,
-    };
+    let c = tuned_small(Algorithm::Gemm);
+    let job = small_job(&c, &model, 2, 16);
     let summary = tvm_tuning::tune(&root(), &results, &job)
         .unwrap()
         .expect("tuned now");
@@ -187,20 +202,8 @@ fn an_interrupted_tuning_resumes_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let model = small_model(dir.path());
     let results = dir.path().join("results");
-    let c = Combination {
-        algorithm: Algorithm::Direct,
-        tuned: true,
-        ..Combination::host(Dataset::Cifar10, "small", TVM)
-    };
-    let job = tvm_tuning::Job {
-        combination: &c,
-        model: model.clone(),
-        input_shape: [1, 3, 32, 32],
-        threads: 2,
-        trials_per_task: 1,
-        population: 8,
-        seed: 5,
-    };
+    let c = tuned_small(Algorithm::Direct);
+    let job = small_job(&c, &model, 1, 8);
     let whole = tvm_tuning::tune(&root(), &results, &job)
         .unwrap()
         .expect("tuned now");
