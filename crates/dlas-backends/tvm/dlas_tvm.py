@@ -379,6 +379,8 @@ def cmd_tune(args):
         per_task = max(1, -(-args.trials // max(1, len(tasks))))
         total = args.trials
     os.makedirs(args.work_dir, exist_ok=True)
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        _drop_partial_line(os.path.join(args.work_dir, name))
     records_path = os.path.join(args.work_dir, "database_tuning_record.json")
     before = _count_lines(records_path)
     measured = _measured_per_task(args.work_dir, records_path,
@@ -454,6 +456,18 @@ def _measured_per_task(work_dir, records, here):
         h = structural_hash(r.workload.mod)
         counts[h] = counts.get(h, 0) + 1
     return counts
+
+
+def _drop_partial_line(path):
+    """Cut a last line that a kill left half-written (MetaSchedule appends a record per
+    line), which its JSON reader would refuse; every whole line is kept."""
+    if not os.path.isfile(path):
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+            print(f"{path}: dropped its half-written last line", file=sys.stderr)
 
 
 def _count_lines(path):
