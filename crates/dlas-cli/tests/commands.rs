@@ -230,6 +230,67 @@ fn harness_overhead_is_under_budget() {
     );
 }
 
+/// `dlas bench profile` sets the engine's steps beside ONNX Runtime's
+/// nodes: on ResNet-18 CIFAR-10 each of its maps has steps on both sides,
+/// the `all` row sums the maps, and every listed step has a time.
+#[test]
+fn a_profile_sets_the_engines_steps_beside_onnx_runtimes_nodes() {
+    let out = ok(&[
+        "bench",
+        "profile",
+        "--dataset",
+        "cifar10",
+        "--model",
+        "resnet18",
+        "--algorithm",
+        "gemm",
+        "--layout",
+        "nchw",
+        "--runs",
+        "5",
+        "--threads",
+        "1",
+        "--steps",
+    ]);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("input_map,"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split(',').collect())
+        .collect();
+    let maps: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(
+        maps,
+        ["32x32", "16x16", "8x8", "4x4", "1x1", "all"],
+        "{out}"
+    );
+    let number = |s: &str| s.parse::<f64>().unwrap();
+    let (mut native, mut ort) = (0.0, 0.0);
+    for r in &rows[..rows.len() - 1] {
+        assert!(number(r[2]) > 0.0 && number(r[4]) > 0.0, "{out}");
+        (native, ort) = (native + number(r[1]), ort + number(r[3]));
+    }
+    let all = &rows[rows.len() - 1];
+    assert!((number(all[1]) - native).abs() < 0.01, "{out}");
+    assert!((number(all[3]) - ort).abs() < 0.01, "{out}");
+    assert!(
+        out.contains("\nnative_kind,ms,count,share\ngemm 3x3,"),
+        "{out}"
+    );
+    let steps = out
+        .lines()
+        .skip_while(|l| !l.starts_with("native_step,"))
+        .skip(1);
+    let listed: Vec<&str> = steps.take_while(|l| !l.is_empty()).collect();
+    assert_eq!(listed.len().to_string(), all[2], "{out}");
+    assert!(
+        listed
+            .iter()
+            .all(|l| number(l.rsplit(',').next().unwrap()) > 0.0)
+    );
+}
+
 /// kill -9 in the middle of a host run, then the same command again: the
 /// run resumes, nothing measured is lost and no row is duplicated.
 #[test]

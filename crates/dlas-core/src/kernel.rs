@@ -196,9 +196,11 @@ pub struct KernelClass {
     pub tile: Option<WinogradTile>,
 }
 
-impl fmt::Display for KernelClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let family = match (self.family, self.tile) {
+impl KernelClass {
+    /// The kernel's name without its format, precision and layout
+    /// (`winograd-f2`, `gemm-vnni`), as a profile of one network names it.
+    pub fn kernel_name(&self) -> &'static str {
+        match (self.family, self.tile) {
             (KernelFamily::Direct, _) => "direct",
             (KernelFamily::Gemm, _) if self.vnni => "gemm-vnni",
             (KernelFamily::Gemm, _) => "gemm",
@@ -207,7 +209,13 @@ impl fmt::Display for KernelClass {
             (KernelFamily::Winograd, Some(WinogradTile::F2x2)) => "winograd-f2",
             (KernelFamily::Winograd, _) => "winograd",
             (KernelFamily::DepthwiseGemm, _) => "depthwise-gemm",
-        };
+        }
+    }
+}
+
+impl fmt::Display for KernelClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let family = self.kernel_name();
         let precision = match self.precision {
             Precision::F32 => "f32",
             Precision::F16 => "f16",

@@ -86,6 +86,21 @@ pub struct Engine {
     arena: Arena,
 }
 
+/// One step of a profiled run ([`Engine::profile`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepTime {
+    /// What ran: a convolution's kernel class, kernel size and stride
+    /// (`direct 1x1`, `depthwise 3x3 s2`, an expansion and its depthwise
+    /// layer joined by `+`), else the operator (`add`, `global average pool`).
+    pub kind: String,
+    /// The step's first input and its output, per sample (c, h, w): a
+    /// fused pair's input is its expansion's, its output its depthwise
+    /// layer's.
+    pub input: Shape,
+    pub output: Shape,
+    pub seconds: f64,
+}
+
 /// Buffers kept across runs, so a run's convolutions write into memory
 /// that is already mapped and sized instead of allocating and zeroing
 /// fresh pages per layer (on MobileNetV2 at 224x224 that was about a tenth
@@ -288,8 +303,85 @@ impl Engine {
             batch * in_len
         );
         Ok(crate::awake::run_awake(&self.pool, || {
-            self.run_in_pool(input, batch)
+            self.run_in_pool(input, batch, None)
         }))
+    }
+
+    /// [`Engine::run`], each step timed: the output and, per step that
+    /// ran, its kind, output shape and seconds (a fused expansion and
+    /// depthwise layer are one step). What `dlas bench profile` reads to
+    /// say where a network's time goes; the clock is read twice a step,
+    /// which on the smallest steps (a few µs) is a few percent of theirs.
+    pub fn profile(
+        &self,
+        input: &[f32],
+        batch: usize,
+    ) -> anyhow::Result<(Vec<f32>, Vec<StepTime>)> {
+        let in_len: usize = self.shapes[0].iter().product();
+        anyhow::ensure!(
+            input.len() == batch * in_len,
+            "input has {} values, a batch of {batch} needs {}",
+            input.len(),
+            batch * in_len
+        );
+        let mut clock = Vec::with_capacity(self.steps.len());
+        let output = crate::awake::run_awake(&self.pool, || {
+            self.run_in_pool(input, batch, Some(&mut clock))
+        });
+        let times = clock
+            .into_iter()
+            .map(|(i, seconds)| StepTime {
+                kind: self.step_kind(i),
+                input: self.shapes[self.steps[i].1.inputs()[0]],
+                output: self.shapes[self.steps[i + usize::from(self.fused[i].is_some())].0],
+                seconds,
+            })
+            .collect();
+        Ok((output, times))
+    }
+
+    /// What step `i` runs, as a profile names it: a convolution by its
+    /// kernel class, kernel size and stride, other steps by their operator.
+    fn step_kind(&self, i: usize) -> String {
+        let conv = |c: &Conv2d| {
+            let w = c.workload();
+            let stride = if w.stride > 1 {
+                format!(" s{}", w.stride)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} {}x{}{stride}",
+                c.key().class.kernel_name(),
+                w.kernel,
+                w.kernel
+            )
+        };
+        match &self.steps[i].1 {
+            Step::Conv { conv: c, .. } => match (self.fused[i], self.steps.get(i + 1)) {
+                (Some(_), Some((_, Step::Conv { conv: next, .. }))) => {
+                    format!("{} + {}", conv(c), conv(next))
+                }
+                _ => conv(c),
+            },
+            Step::Affine { .. } => "affine".into(),
+            Step::Unary { act, .. } => format!("{act:?}").to_lowercase(),
+            Step::Add { .. } => "add".into(),
+            Step::Mul { .. } => "mul".into(),
+            Step::Pool { max: true, .. } => "max pool".into(),
+            Step::Pool { max: false, .. } => "average pool".into(),
+            Step::GlobalAvgPool { .. } => "global average pool".into(),
+            Step::Concat { .. } => "concat".into(),
+            Step::Flatten { .. } => "flatten".into(),
+            Step::LayerNorm { .. } => "layer norm".into(),
+            Step::Gelu { .. } => "gelu".into(),
+            Step::Attention { .. } => "attention".into(),
+            Step::ClassToken { .. } => "class token".into(),
+            Step::PositionEmbedding { .. } => "position embedding".into(),
+            Step::FirstToken { .. } => "first token".into(),
+            Step::SpaceToDepth { .. } => "space to depth".into(),
+            Step::Imported { op, .. } => format!("{op:?}").to_lowercase(),
+        }
     }
 
     /// The value of node `node` for a batch, from an arena buffer that
@@ -301,7 +393,13 @@ impl Engine {
         (y, len)
     }
 
-    fn run_in_pool(&self, input: &[f32], batch: usize) -> Vec<f32> {
+    /// One run; with `clock`, each step's (index, seconds) is pushed to it.
+    fn run_in_pool(
+        &self,
+        input: &[f32],
+        batch: usize,
+        mut clock: Option<&mut Vec<(usize, f64)>>,
+    ) -> Vec<f32> {
         // A value that is a whole buffer.
         let whole = |v: Vec<f32>| {
             let len = v.len();
@@ -336,6 +434,12 @@ impl Engine {
             if std::mem::take(&mut skip) {
                 continue;
             }
+            let started = clock.is_some().then(std::time::Instant::now);
+            let tick = |clock: &mut Option<&mut Vec<(usize, f64)>>| {
+                if let (Some(clock), Some(t)) = (clock.as_deref_mut(), started) {
+                    clock.push((i, t.elapsed().as_secs_f64()));
+                }
+            };
             let mut inputs = step.inputs();
             if let Step::Conv {
                 conv,
@@ -367,6 +471,7 @@ impl Engine {
                     y,
                     q(*out).expect("int8 engines have quantisers"),
                 ));
+                tick(&mut clock);
                 continue;
             }
             // A fused pair: this step and the next, whose output it writes
@@ -491,6 +596,7 @@ impl Engine {
                 }
             }
             values[*out] = Some(store(result, q(*out)));
+            tick(&mut clock);
         }
         let out = values[self.output].take().expect("the output is computed");
         let result = ops::relayout(
@@ -672,6 +778,43 @@ mod tests {
         );
         let l2 = relative_l2(&a, &b);
         assert!(l2 < 1e-5, "relative L2 {l2}");
+    }
+
+    /// A profiled run computes what a run does and times each step that
+    /// ran once: a fused expansion and its depthwise layer as one step
+    /// named for both, with the depthwise layer's output.
+    #[test]
+    fn a_profiled_run_times_each_step_once() {
+        use crate::algorithm::KernelAlgorithm;
+        let (graph, weights, input) = two_heads(32, 24, 7);
+        let config = EngineConfig {
+            algorithm: KernelAlgorithm::Direct,
+            layout: Layout::Nchw16c,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::compile(&graph, &weights, &config).unwrap();
+        let (output, steps) = engine.profile(&input, 2).unwrap();
+        assert_eq!(output, engine.run(&input, 2).unwrap());
+        let fused = engine.fused.iter().filter(|f| f.is_some()).count();
+        assert_eq!(fused, 1);
+        assert_eq!(steps.len(), engine.steps.len() - fused);
+        let kinds: Vec<&str> = steps.iter().map(|s| s.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "direct 1x1 + depthwise 3x3 s2",
+                "direct 1x1",
+                "depthwise 3x3 s2",
+                "concat",
+                "global average pool",
+                "flatten",
+                "direct 1x1"
+            ]
+        );
+        assert_eq!(steps[0].input, [3, 224, 224]);
+        assert_eq!(steps[0].output, [32, 112, 112]);
+        assert!(steps.iter().all(|s| s.seconds > 0.0), "{steps:?}");
+        assert!(engine.profile(&input[1..], 2).is_err());
     }
 
     /// Squeeze-and-excitation and SiLU steps allocate their outputs; the

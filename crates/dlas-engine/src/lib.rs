@@ -76,7 +76,7 @@ pub mod workload;
 pub use algorithm::{AutoAlgorithm, KernelAlgorithm};
 pub use config::{ConfigError, DType, EngineConfig, FormatChoice};
 pub use conv::{Conv2d, Int8Scales};
-pub use engine::Engine;
+pub use engine::{Engine, StepTime};
 pub use epilogue::Activation;
 pub use lowering::LayerKey;
 pub use schedule::{

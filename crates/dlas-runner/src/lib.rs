@@ -9,6 +9,7 @@
 //! - [`store`]: append-only results and samples files; resuming skips what is done.
 //! - [`environment`]: the record of the machine and software each run used.
 //! - [`models`]: the ONNX file of a combination, generated or the user's, hash-checked.
+//! - [`profile`]: where a network's time goes, engine step by step beside ONNX Runtime's nodes.
 //! - [`run`]: the loop over combinations, with failures isolated and progress shown.
 //! - [`tuning`]: `dlas tune` on the host, and tuned schedules applied to tuned runs.
 
@@ -18,6 +19,7 @@ pub mod crosscheck;
 pub mod environment;
 pub mod models;
 pub mod native;
+pub mod profile;
 pub mod progress;
 pub mod rounds;
 pub mod run;

@@ -1,5 +1,6 @@
 //! `dlas bench harness`: the timing loop's own cost per timed run.
-//! (`dlas bench cluster`, the coordinator at scale, is in [`cluster`].)
+//! (`dlas bench cluster`, the coordinator at scale, is in [`cluster`];
+//! `dlas bench profile`, a network's time step by step, in [`profile`].)
 //!
 //! The same `timing::measure` that times every combination times a session
 //! that does no work (it returns its input), so what it measures is the
@@ -10,6 +11,7 @@
 //! recording the time TVM's process takes.
 
 mod cluster;
+mod profile;
 
 use anyhow::Result;
 use dlas_backends::Session;
@@ -64,6 +66,10 @@ pub enum Command {
         #[arg(long)]
         records: Option<std::path::PathBuf>,
     },
+    /// Where a network's time goes: the native engine's steps and ONNX
+    /// Runtime's nodes (its own profiler, all optimizations), timed in
+    /// alternating rounds, summed by output map and by kind.
+    Profile(profile::Args),
     /// The coordinator at scale: a synthetic study of mocked devices is
     /// planned, submitted (Slurm, dry run), run and collected, each step timed.
     Cluster(cluster::Args),
@@ -105,6 +111,7 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
             records.clone(),
         ),
         Command::Cluster(args) => cluster::run(project, args),
+        Command::Profile(args) => profile::run(project, args),
         Command::Harness { runs } => {
             let input = vec![0.5f32; 3 * 32 * 32];
             let protocol = Protocol {
