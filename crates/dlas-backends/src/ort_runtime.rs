@@ -141,17 +141,25 @@ pub struct NodeTime {
     pub seconds: f64,
 }
 
+/// One run in ONNX Runtime's profile: its whole time (the `model_run`
+/// event) and each node's kernel time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunProfile {
+    pub seconds: f64,
+    pub nodes: Vec<NodeTime>,
+}
+
 /// ONNX Runtime's profile of `runs` runs of `model` on `input` after
-/// `warmup` untimed ones: per run, the kernel time of each node that ran,
-/// as its profiler (`SessionOptions::EnableProfiling`) records them. What
-/// `dlas bench profile` sets beside the engine's steps.
+/// `warmup` untimed ones: per run, its time and the kernel time of each
+/// node that ran, as its profiler (`SessionOptions::EnableProfiling`)
+/// records them. What `dlas bench profile` sets beside the engine's steps.
 pub fn profile(
     model: &Path,
     config: &SessionConfig,
     level: Level,
     input: &[f32],
     (warmup, runs): (usize, usize),
-) -> Result<Vec<Vec<NodeTime>>> {
+) -> Result<Vec<RunProfile>> {
     anyhow::ensure!(!config.half_io, "profiles are of f32 models");
     let dir = tempfile::tempdir()?;
     let mut session = open(model, config, level, Some(&dir.path().join("ort")))?;
@@ -173,9 +181,9 @@ pub fn profile(
     Ok(per_run.split_off(warmup))
 }
 
-/// A profile's node times, run by run: its `Node` events (`..._kernel_time`)
-/// inside each `model_run` event.
-fn parse_profile(text: &str) -> Result<Vec<Vec<NodeTime>>> {
+/// A profile's runs: each `model_run` event with the `Node` events
+/// (`..._kernel_time`) inside it.
+fn parse_profile(text: &str) -> Result<Vec<RunProfile>> {
     let events: Vec<serde_json::Value> = serde_json::from_str(text)?;
     let span = |e: &serde_json::Value| -> Option<(f64, f64)> {
         let ts = e["ts"].as_f64()?;
@@ -187,7 +195,13 @@ fn parse_profile(text: &str) -> Result<Vec<Vec<NodeTime>>> {
         .filter_map(span)
         .collect();
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut nodes = vec![Vec::new(); runs.len()];
+    let mut profiles: Vec<RunProfile> = runs
+        .iter()
+        .map(|&(start, end)| RunProfile {
+            seconds: (end - start) / 1e6,
+            nodes: Vec::new(),
+        })
+        .collect();
     for e in &events {
         let name = e["name"]
             .as_str()
@@ -212,7 +226,7 @@ fn parse_profile(text: &str) -> Result<Vec<Vec<NodeTime>>> {
                         .collect()
                 })
         };
-        nodes[run].push(NodeTime {
+        profiles[run].nodes.push(NodeTime {
             name: name.to_string(),
             op: e["args"]["op_name"].as_str().unwrap_or("?").to_string(),
             input: shape("input_type_shape"),
@@ -220,7 +234,7 @@ fn parse_profile(text: &str) -> Result<Vec<Vec<NodeTime>>> {
             seconds: (end - start) / 1e6,
         });
     }
-    Ok(nodes)
+    Ok(profiles)
 }
 
 impl Session for OrtSession {
@@ -270,7 +284,12 @@ mod tests {
         ]"#;
         let runs = parse_profile(text).unwrap();
         assert_eq!(
-            runs,
+            runs.iter().map(|r| r.seconds).collect::<Vec<_>>(),
+            [40e-6; 2]
+        );
+        let nodes: Vec<Vec<NodeTime>> = runs.into_iter().map(|r| r.nodes).collect();
+        assert_eq!(
+            nodes,
             [
                 vec![NodeTime {
                     name: "conv".into(),

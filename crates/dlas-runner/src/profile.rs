@@ -61,25 +61,32 @@ pub fn profile(
     };
     let per_round = runs / ROUNDS;
     let (mut steps, mut nodes) = (Vec::new(), Vec::new());
+    let (mut native_runs, mut ort_runs) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         for run in 0..WARMUP + per_round {
+            let started = std::time::Instant::now();
             let (_, times) = engine.profile(input, 1)?;
             if run >= WARMUP {
+                native_runs.push(started.elapsed().as_secs_f64());
                 steps.push(times);
             }
         }
-        nodes.extend(ort_runtime::profile(
-            model,
-            &session,
-            Level::All,
-            input,
-            (WARMUP, per_round),
-        )?);
+        for run in ort_runtime::profile(model, &session, Level::All, input, (WARMUP, per_round))? {
+            ort_runs.push(run.seconds);
+            nodes.push(run.nodes);
+        }
         round_done();
     }
+    let median = |runs: &[f64]| Summary::from_samples(runs).map_or(f64::NAN, |s| s.median);
     Ok(Profile {
-        native: Side::of_engine(&steps)?,
-        ort: Side::of_ort(&nodes)?,
+        native: Side {
+            run: median(&native_runs),
+            ..Side::of_engine(&steps)?
+        },
+        ort: Side {
+            run: median(&ort_runs),
+            ..Side::of_ort(&nodes)?
+        },
         runs: ROUNDS * per_round,
     })
 }
@@ -100,6 +107,9 @@ pub struct Item {
 #[derive(Debug, Default)]
 pub struct Side {
     pub items: Vec<Item>,
+    /// The median whole run: the steps and what runs between them
+    /// (the engine's bookkeeping of values, ONNX Runtime's executor).
+    pub run: f64,
 }
 
 impl Side {

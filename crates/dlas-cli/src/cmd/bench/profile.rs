@@ -93,6 +93,12 @@ pub fn run(project: &crate::project::Project, args: &Args) -> Result<ExitCode> {
         b.items.len(),
         ratio(a.total(), b.total())
     );
+    dlas_core::outln!(
+        "whole run,{:.3},,{:.3},,{}",
+        a.run * 1e3,
+        b.run * 1e3,
+        ratio(a.run, b.run)
+    );
     for (name, side) in [("native", a), ("ort", b)] {
         dlas_core::outln!();
         dlas_core::outln!("{name}_kind,ms,count,share");
