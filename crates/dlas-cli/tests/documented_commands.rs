@@ -168,6 +168,13 @@ const MAPPINGS: &[(&str, Exercised)] = &[
         Test(COMMANDS_RS, "harness_overhead_is_under_budget"),
     ),
     (
+        "dlas bench profile",
+        Test(
+            COMMANDS_RS,
+            "a_profile_sets_the_engines_steps_beside_onnx_runtimes_nodes",
+        ),
+    ),
+    (
         "dlas reproduce --all --check",
         Xtask("reproduce --all --check"),
     ),
