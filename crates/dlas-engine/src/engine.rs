@@ -295,6 +295,14 @@ impl Engine {
     /// Runs a batch: `input` is (batch, c, h, w) NCHW whatever the engine's
     /// layout; the output is (batch, c, h, w) of the last node, NCHW.
     pub fn run(&self, input: &[f32], batch: usize) -> anyhow::Result<Vec<f32>> {
+        self.check_input(input, batch)?;
+        Ok(crate::awake::run_awake(&self.pool, || {
+            self.run_in_pool(input, batch, None)
+        }))
+    }
+
+    /// That `input` is a batch of `batch` of the network's inputs.
+    fn check_input(&self, input: &[f32], batch: usize) -> anyhow::Result<()> {
         let in_len: usize = self.shapes[0].iter().product();
         anyhow::ensure!(
             input.len() == batch * in_len,
@@ -302,13 +310,11 @@ impl Engine {
             input.len(),
             batch * in_len
         );
-        Ok(crate::awake::run_awake(&self.pool, || {
-            self.run_in_pool(input, batch, None)
-        }))
+        Ok(())
     }
 
     /// [`Engine::run`], each step timed: the output and, per step that
-    /// ran, its kind, output shape and seconds (a fused expansion and
+    /// ran, its kind, shapes and seconds (a fused expansion and
     /// depthwise layer are one step). What `dlas bench profile` reads to
     /// say where a network's time goes; the clock is read twice a step,
     /// which on the smallest steps (a few µs) is a few percent of theirs.
@@ -317,13 +323,7 @@ impl Engine {
         input: &[f32],
         batch: usize,
     ) -> anyhow::Result<(Vec<f32>, Vec<StepTime>)> {
-        let in_len: usize = self.shapes[0].iter().product();
-        anyhow::ensure!(
-            input.len() == batch * in_len,
-            "input has {} values, a batch of {batch} needs {}",
-            input.len(),
-            batch * in_len
-        );
+        self.check_input(input, batch)?;
         let mut clock = Vec::with_capacity(self.steps.len());
         let output = crate::awake::run_awake(&self.pool, || {
             self.run_in_pool(input, batch, Some(&mut clock))
