@@ -19,6 +19,16 @@ pub enum Activation {
 }
 
 impl Activation {
+    /// Every activation, for tests that go through them all.
+    #[cfg(test)]
+    pub(crate) const ALL: [Activation; 5] = [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Relu6,
+        Activation::Silu,
+        Activation::Sigmoid,
+    ];
+
     #[inline(always)]
     pub fn apply(self, x: f32) -> f32 {
         match self {
@@ -230,21 +240,13 @@ impl SyncPtr {
 mod tests {
     use super::*;
 
-    /// The vectorisable exp against f64's over its whole clamped range
-    /// (relative error, 2 ulp = 2.4e-7) and at the ends.
     /// The vector loops (compiled for this CPU's widest instructions)
     /// compute bit for bit what one value at a time does, so results do
     /// not depend on the machine's instruction set.
     #[test]
     fn every_activation_over_a_slice_is_the_scalar_one() {
         let values: Vec<f32> = (-2000..2000).map(|i| i as f32 * 0.013 - 0.5).collect();
-        for act in [
-            Activation::Identity,
-            Activation::Relu,
-            Activation::Relu6,
-            Activation::Silu,
-            Activation::Sigmoid,
-        ] {
+        for act in Activation::ALL {
             let mut all = values.clone();
             act.apply_all(&mut all);
             for (x, y) in values.iter().zip(&all) {
@@ -253,6 +255,8 @@ mod tests {
         }
     }
 
+    /// The vectorisable exp against f64's over its whole clamped range
+    /// (relative error, 2 ulp = 2.4e-7) and at the ends.
     #[test]
     fn exp_is_within_two_ulp() {
         let mut worst = 0.0f64;

@@ -405,13 +405,7 @@ mod tests {
         // y = acc / 4: acc / 2 after the output scale, a tie at every odd acc.
         let acc: Vec<i32> = (-700..700).collect();
         let residual: Vec<f32> = acc.iter().map(|&a| (a % 7) as f32 * 0.125).collect();
-        for act in [
-            Activation::Identity,
-            Activation::Relu,
-            Activation::Relu6,
-            Activation::Silu,
-            Activation::Sigmoid,
-        ] {
+        for act in Activation::ALL {
             let epi = Epilogue {
                 bias: vec![0.0],
                 act,
