@@ -10,7 +10,7 @@ use std::process::Command;
 #[test]
 fn plan_count_matches_the_study() {
     let out = ok(&["plan", "--study", "dlas", "--count"]);
-    assert!(out.starts_with("study dlas: 1296 combinations\n"), "{out}");
+    assert!(out.starts_with("study dlas: 1316 combinations\n"), "{out}");
     assert!(
         out.contains("excluded by no-imagenet-tuning-on-hikey: 256"),
         "{out}"
@@ -292,6 +292,88 @@ fn a_profile_sets_the_engines_steps_beside_onnx_runtimes_nodes() {
         listed
             .iter()
             .all(|l| number(l.rsplit(',').next().unwrap()) > 0.0)
+    );
+}
+
+/// `dlas bench tune` on one network at the smallest budget: a row per
+/// configuration (the blocked layout's included, its tasks now tunable)
+/// with a speedup inside its interval, and a verdict per configuration on
+/// the tuner's target; the records it keeps profile the tuned engine; a
+/// network outside the study is refused by name.
+#[test]
+fn a_tuning_bench_decides_each_configuration_with_its_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.jsonl");
+    let out = ok(&[
+        "bench",
+        "tune",
+        "--records",
+        records.to_str().unwrap(),
+        "--networks",
+        "cifar10/resnet18",
+        "--trials",
+        "1",
+        "--early-stop",
+        "1",
+        "--runs",
+        "5",
+        "--budget-s",
+        "1",
+    ]);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split(',').collect())
+        .collect();
+    let configs: Vec<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(
+        configs,
+        ["direct", "gemm", "spatial-pack", "nchw16c"],
+        "{out}"
+    );
+    let number = |s: &str| s.parse::<f64>().unwrap();
+    for r in &rows {
+        assert_eq!(r[0], "cifar10/resnet18", "{out}");
+        assert!(
+            number(r[2]) > 0.0 && number(r[3]) > 0.0,
+            "layers and trials: {out}"
+        );
+        let (s, low, high) = (number(r[9]), number(r[10]), number(r[11]));
+        assert!(low <= s && s <= high, "{out}");
+    }
+    for config in configs {
+        assert!(
+            out.contains(&format!("\n{config}: tuned over untuned "))
+                && out.contains("target at least 1.15x: "),
+            "{out}"
+        );
+    }
+    let best = dir.path().join("records.best.json");
+    let profile = ok(&[
+        "bench",
+        "profile",
+        "--dataset",
+        "cifar10",
+        "--model",
+        "resnet18",
+        "--layout",
+        "nchw16c",
+        "--runs",
+        "5",
+        "--tuning",
+        best.to_str().unwrap(),
+    ]);
+    assert!(
+        profile.contains(&format!("(tuned schedules from {})", best.display())),
+        "{profile}"
+    );
+    let err = fails(&["bench", "tune", "--networks", "cifar10/resnet50"]);
+    assert!(
+        err.contains(
+            "\"cifar10/resnet50\" is not a network of the DLAS study (one of cifar10/resnet18,"
+        ),
+        "{err}"
     );
 }
 

@@ -126,8 +126,8 @@ const MAPPINGS: &[(&str, Exercised)] = &[
     (
         "cargo xtask bench tune",
         LongRunning(
-            TUNE_RS,
-            "tune_then_run_tuned_and_resume_without_remeasuring",
+            "crates/dlas-cli/tests/commands.rs",
+            "a_tuning_bench_decides_each_configuration_with_its_interval",
         ),
     ),
     (

@@ -483,27 +483,33 @@ mod tests {
         }
 
         /// The blocked direct kernel and stencil on every instruction set
-        /// this CPU has, against the f64 reference, with every activation
-        /// and with and without a residual.
+        /// this CPU has, against the f64 reference, with every activation,
+        /// with and without a residual, under any valid schedule (tasks of
+        /// several blocks and rows included).
         #[test]
         fn blocked_kernels_match_the_reference_on_every_isa(
             dense in testing::dense_workload(),
             dw in testing::depthwise_workload(),
             by in 1usize..=8,
+            (blocks, rows) in (1usize..=4, 1usize..=9),
             act in testing::activation(),
             residual in any::<bool>(),
             seed in any::<u64>(),
         ) {
             let (dense, dw) = (wider(dense, by, false), wider(dw, by, true));
+            let schedule = |w: &Workload| crate::BlockedSchedule {
+                blocks: blocks.min(w.out_channels.div_ceil(BLOCK)),
+                rows: rows.min(w.out_h),
+            };
             for isa in Isa::available() {
                 let weights = testing::weights(&dense, seed);
-                let k = conv::BlockedConv::new(dense, &weights, isa);
+                let k = conv::BlockedConv::new(dense, schedule(&dense), &weights, isa);
                 let e = testing::error(&dense, &weights, (act, residual, seed), |x, y, epi, r| {
                     testing::through_blocked(&dense, x, y, r, |x, y, r| k.run(x, y, epi, r))
                 });
                 prop_assert!(e < F32_TOLERANCE, "{isa:?} {dense}: error {e}");
                 let weights = testing::weights(&dw, seed);
-                let k = depthwise::BlockedDepthwise::new(dw, &weights, isa);
+                let k = depthwise::BlockedDepthwise::new(dw, schedule(&dw), &weights, isa);
                 let e = testing::error(&dw, &weights, (act, residual, seed), |x, y, epi, r| {
                     testing::through_blocked(&dw, x, y, r, |x, y, r| k.run(x, y, epi, r))
                 });

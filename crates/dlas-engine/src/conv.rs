@@ -82,15 +82,21 @@ impl Conv2d {
             key.class,
             key.kernel
         );
+        anyhow::ensure!(
+            schedule.algorithm() != key.kernel || key.drives(&schedule),
+            "{w}: a {schedule:?} cannot drive the {} kernel in {} (NCHW16c layers take blocked schedules, other layouts none)",
+            key.class,
+            key.layout
+        );
         let nhwc = key.layout == Layout::Nhwc;
         let half = key.dtype == DType::F16;
         let blocked = key.layout == Layout::Nchw16c;
         let kernel = match (key.class.family, schedule) {
-            (KernelFamily::Depthwise, Schedule::Direct(_)) if blocked => {
-                Kernel::BlockedDepthwise(BlockedDepthwise::new(w, weights, Isa::detect()))
+            (KernelFamily::Depthwise, Schedule::Blocked(s)) if blocked => {
+                Kernel::BlockedDepthwise(BlockedDepthwise::new(w, s, weights, Isa::detect()))
             }
-            (KernelFamily::Direct, Schedule::Direct(_)) if blocked => {
-                Kernel::Blocked(BlockedConv::new(w, weights, Isa::detect()))
+            (KernelFamily::Direct, Schedule::Blocked(s)) if blocked => {
+                Kernel::Blocked(BlockedConv::new(w, s, weights, Isa::detect()))
             }
             (KernelFamily::Depthwise, Schedule::Direct(_)) if nhwc => {
                 Kernel::DepthwiseNhwc(DepthwiseNhwc::new(w, weights, Isa::detect()))

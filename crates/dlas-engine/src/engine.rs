@@ -625,7 +625,7 @@ fn lower(
 ) -> anyhow::Result<Conv2d> {
     let key = LayerKey::of(conv.workload, &conv.weights, config)?;
     let schedule = match (config.schedule, tuned.get(&key)) {
-        (Some(s), _) if s.algorithm() == key.kernel => s,
+        (Some(s), _) if key.drives(&s) => s,
         (Some(_), _) => key.default_schedule(config.threads),
         (None, Some(s)) => s,
         (None, None) => {

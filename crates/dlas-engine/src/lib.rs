@@ -80,8 +80,8 @@ pub use engine::{Engine, StepTime};
 pub use epilogue::Activation;
 pub use lowering::LayerKey;
 pub use schedule::{
-    DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
-    VectorAxis, WinogradSchedule,
+    BlockedSchedule, DirectSchedule, GemmSchedule, InvalidSchedule, ParallelLoop, Schedule,
+    SpatialPackSchedule, VectorAxis, WinogradSchedule,
 };
 pub use tuning::ScheduleTable;
 pub use workload::{Workload, workload_of};

@@ -176,9 +176,16 @@ impl LayerKey {
 
     /// Whether the layer's kernel has schedule knobs: the int8 kernels
     /// (GEMM, direct, spatial pack, depthwise) have none, their blocking
-    /// being fixed.
+    /// being fixed. (The blocked layout's have: [`crate::BlockedSchedule`].)
     pub fn tunable(&self) -> bool {
         self.dtype != DType::I8
+    }
+
+    /// Whether `s` can drive this layer's kernel: a schedule of the key's
+    /// algorithm, blocked exactly where the layout is NCHW16c.
+    pub fn drives(&self, s: &Schedule) -> bool {
+        s.algorithm() == self.kernel
+            && matches!(s, Schedule::Blocked(_)) == (self.layout == Layout::Nchw16c)
     }
 
     /// The format choice that reproduces this key's weight storage.
@@ -198,12 +205,7 @@ impl LayerKey {
     /// The schedule the layer runs on `threads` threads when nothing gives
     /// it a tuned one, and where a search for one starts.
     pub fn default_schedule(&self, threads: usize) -> Schedule {
-        default_schedule(
-            self.kernel,
-            &self.workload,
-            threads,
-            self.layout == Layout::Nhwc,
-        )
+        default_schedule(self.kernel, &self.workload, threads, self.layout)
     }
 }
 

@@ -156,7 +156,26 @@ impl Default for WinogradSchedule {
     }
 }
 
-/// The schedule of one algorithm.
+/// The blocked layout's kernels (NCHW16c: the direct convolution and the
+/// depthwise stencil, which run under the direct algorithm): a task is
+/// `blocks` output blocks of 16 channels by `rows` output rows. A
+/// flattened 1x1 stride-1 layer runs its map as one row, and its task's
+/// pixels are `rows` rows of the map, consecutive in memory. Within a task
+/// each block's weights are read once for all of its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BlockedSchedule {
+    pub blocks: usize,
+    pub rows: usize,
+}
+
+impl Default for BlockedSchedule {
+    fn default() -> Self {
+        BlockedSchedule { blocks: 1, rows: 1 }
+    }
+}
+
+/// The schedule of one algorithm's kernels (`Blocked`: the direct
+/// algorithm's in NCHW16c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "algorithm", rename_all = "kebab-case")]
 pub enum Schedule {
@@ -164,6 +183,7 @@ pub enum Schedule {
     Gemm(GemmSchedule),
     SpatialPack(SpatialPackSchedule),
     Winograd(WinogradSchedule),
+    Blocked(BlockedSchedule),
 }
 
 /// Why a schedule cannot run a workload.
@@ -200,7 +220,7 @@ impl Schedule {
     /// The algorithm whose kernel this schedule drives.
     pub fn algorithm(&self) -> KernelAlgorithm {
         match self {
-            Schedule::Direct(_) => KernelAlgorithm::Direct,
+            Schedule::Direct(_) | Schedule::Blocked(_) => KernelAlgorithm::Direct,
             Schedule::Gemm(_) => KernelAlgorithm::Gemm,
             Schedule::SpatialPack(_) => KernelAlgorithm::SpatialPack,
             Schedule::Winograd(_) => KernelAlgorithm::Winograd,
@@ -305,6 +325,18 @@ impl Schedule {
                     ));
                 }
             }
+            Schedule::Blocked(s) => {
+                let blocks = w.out_channels.div_ceil(crate::blocked::BLOCK);
+                if s.blocks == 0 || s.rows == 0 {
+                    return reject("blocks and rows must be positive".into());
+                }
+                if s.blocks > blocks || s.rows > w.out_h {
+                    return reject(format!(
+                        "{} blocks by {} rows exceed the output's {blocks} blocks by {} rows",
+                        s.blocks, s.rows, w.out_h
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -333,6 +365,7 @@ mod tests {
             Schedule::Gemm(GemmSchedule::default()),
             Schedule::SpatialPack(SpatialPackSchedule::default()),
             Schedule::Winograd(WinogradSchedule::default()),
+            Schedule::Blocked(BlockedSchedule::default()),
         ] {
             s.validate(&w).unwrap();
         }

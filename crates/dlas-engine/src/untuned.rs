@@ -6,21 +6,27 @@
 use crate::algorithm::KernelAlgorithm;
 use crate::isa::Isa;
 use crate::schedule::{
-    DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule, UNTUNED_KC,
-    VectorAxis, WinogradSchedule,
+    BlockedSchedule, DirectSchedule, GemmSchedule, ParallelLoop, Schedule, SpatialPackSchedule,
+    UNTUNED_KC, VectorAxis, WinogradSchedule,
 };
 use crate::workload::Workload;
+use dlas_core::Layout;
 
 /// The schedule a layer runs when neither the configuration nor a tuned
 /// table names one: the untuned `Default` of `algorithm`, fitted to the
 /// workload so that it is valid (tiles no larger than the output, register
 /// blocks inside a group) and, for gemm, fitted as [`default_gemm`] says.
+/// In NCHW16c every layer runs a blocked kernel ([`default_blocked`]).
 pub(crate) fn default_schedule(
     algorithm: KernelAlgorithm,
     w: &Workload,
     threads: usize,
-    nhwc: bool,
+    layout: Layout,
 ) -> Schedule {
+    let nhwc = layout == Layout::Nhwc;
+    if layout == Layout::Nchw16c {
+        return Schedule::Blocked(default_blocked(w));
+    }
     match algorithm {
         KernelAlgorithm::Direct => {
             let d = DirectSchedule::default();
@@ -40,6 +46,25 @@ pub(crate) fn default_schedule(
         }
         KernelAlgorithm::Winograd => Schedule::Winograd(default_winograd(w, threads)),
     }
+}
+
+/// Pixels of a flattened 1x1 layer's task: 8 AVX2 tiles of 6.
+const BLOCKED_PIXELS: usize = 48;
+
+/// The untuned blocked schedule: one output block a task, by one row, or
+/// for a flattened 1x1 stride-1 layer (whose rows are consecutive) the
+/// rows nearest [`BLOCKED_PIXELS`] pixels. Other task sizes were tried on
+/// the Zen 3 (16, 24, 49 pixels, a whole map): each layer moved by up to
+/// 10% either way, none was best everywhere (docs/performance.md), which
+/// is what the tuner's per-layer choice is for.
+pub(crate) fn default_blocked(w: &Workload) -> BlockedSchedule {
+    let flat = (w.kernel, w.stride, w.padding) == (1, 1, 0);
+    let rows = if flat {
+        ((BLOCKED_PIXELS + w.out_w / 2) / w.out_w).clamp(1, w.out_h)
+    } else {
+        1
+    };
+    BlockedSchedule { blocks: 1, rows }
 }
 
 /// Bytes the transformed input and products of one Winograd pass may
@@ -331,6 +356,28 @@ mod tests {
                     .validate(&w)
                     .unwrap();
             }
+            Schedule::Blocked(default_blocked(&w)).validate(&w).unwrap();
         }
+    }
+
+    /// A flattened 1x1 layer's task is the rows nearest 48 pixels; any
+    /// other layer's one row.
+    #[test]
+    fn untuned_blocked_tasks_are_about_48_pixels_of_a_flat_layer() {
+        let rows = |k: usize, hw: usize| {
+            default_blocked(&Workload::new(64, 64, k, 1, k / 2, 1, hw, hw)).rows
+        };
+        assert_eq!(
+            [
+                rows(1, 112),
+                rows(1, 56),
+                rows(1, 28),
+                rows(1, 14),
+                rows(1, 7)
+            ],
+            [1, 1, 2, 3, 7]
+        );
+        assert_eq!([rows(3, 56), rows(3, 7)], [1, 1]);
+        assert_eq!(rows(1, 1), 1);
     }
 }

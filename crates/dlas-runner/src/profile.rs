@@ -34,13 +34,14 @@ pub struct Profile {
     pub runs: usize,
 }
 
-/// Profiles the native engine under `native`'s configuration (default
-/// schedules) and ONNX Runtime with all optimizations on the fp32 file
+/// Profiles the native engine under `native`'s configuration (with the
+/// schedules of `tuned` where given, layers without one at their default;
+/// else default schedules) and ONNX Runtime with all optimizations on the fp32 file
 /// `model`, batch 1, `runs` timed runs each (rounded down to whole
 /// rounds); `round_done` is called after each of the [`ROUNDS`] rounds.
 pub fn profile(
     model: &Path,
-    native: &Combination,
+    (native, tuned): (&Combination, Option<&crate::tuning::Tuned>),
     input: &[f32],
     (runs, threads): (usize, usize),
     mut round_done: impl FnMut(),
@@ -51,7 +52,13 @@ pub fn profile(
     let bytes = std::fs::read(model).with_context(|| format!("cannot read {}", model.display()))?;
     let (graph, weights) = dlas_onnx::import(&bytes, &native.model, native.dataset)?;
     let config = crate::native::engine_config(native, threads, &graph, &weights)?;
-    let engine = dlas_engine::Engine::compile(&graph, &weights, &config)?;
+    let engine = match tuned {
+        None => dlas_engine::Engine::compile(&graph, &weights, &config)?,
+        Some(t) => {
+            let table = t.table(threads, native.batch);
+            dlas_engine::Engine::compile_with(&graph, &weights, &config, &table)?
+        }
+    };
     let [c, h, w] = native.dataset.input_chw();
     let session = SessionConfig {
         input_shape: [1, c, h, w],

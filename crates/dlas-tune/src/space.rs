@@ -26,6 +26,9 @@ const GEMM_TILES_PER_BLOCK: &[usize] = &[
 const SPATIAL_PACK_TILE: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8];
 /// 4x4 output tiles per Winograd pass: from one up to a 64x64 map.
 const WINOGRAD_TILE_BLOCKS: &[usize] = &[1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256];
+/// Output blocks of 16 channels, and output rows, of a blocked task.
+const BLOCKED_BLOCKS: &[usize] = &[1, 2, 3, 4, 6, 8];
+const BLOCKED_ROWS: &[usize] = &[1, 2, 3, 4, 6, 7, 8, 14, 28, 56];
 const PARALLEL: &[ParallelLoop] = &[ParallelLoop::OutputChannels, ParallelLoop::Spatial];
 const VECTORS: &[VectorAxis] = &[VectorAxis::Spatial, VectorAxis::OutputChannels];
 
@@ -36,6 +39,7 @@ pub fn knobs(s: &Schedule) -> usize {
         Schedule::Gemm(_) => 6,
         Schedule::SpatialPack(_) => 4,
         Schedule::Winograd(_) => 4,
+        Schedule::Blocked(_) => 2,
     }
 }
 
@@ -81,6 +85,8 @@ fn knob(s: &Schedule, k: usize) -> (usize, usize) {
         (Schedule::Winograd(w), 1) => nearest(GEMM_KC, w.kc),
         (Schedule::Winograd(w), 2) => nearest(WINOGRAD_TILE_BLOCKS, w.tile_block),
         (Schedule::Winograd(w), _) => vectors(w.vectors),
+        (Schedule::Blocked(b), 0) => nearest(BLOCKED_BLOCKS, b.blocks),
+        (Schedule::Blocked(b), _) => nearest(BLOCKED_ROWS, b.rows),
     }
 }
 
@@ -127,6 +133,13 @@ fn set(s: Schedule, k: usize, i: usize) -> Schedule {
                 _ => w.vectors = VECTORS[i],
             }
             Schedule::Winograd(w)
+        }
+        Schedule::Blocked(mut b) => {
+            match k {
+                0 => b.blocks = BLOCKED_BLOCKS[i],
+                _ => b.rows = BLOCKED_ROWS[i],
+            }
+            Schedule::Blocked(b)
         }
     }
 }
@@ -180,16 +193,19 @@ pub fn size(s: &Schedule) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dlas_engine::{DirectSchedule, GemmSchedule, SpatialPackSchedule, WinogradSchedule};
+    use dlas_engine::{
+        BlockedSchedule, DirectSchedule, GemmSchedule, SpatialPackSchedule, WinogradSchedule,
+    };
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
-    fn all() -> [Schedule; 4] {
+    fn all() -> [Schedule; 5] {
         [
             Schedule::Direct(DirectSchedule::default()),
             Schedule::Gemm(GemmSchedule::default()),
             Schedule::SpatialPack(SpatialPackSchedule::default()),
             Schedule::Winograd(WinogradSchedule::default()),
+            Schedule::Blocked(BlockedSchedule::default()),
         ]
     }
 

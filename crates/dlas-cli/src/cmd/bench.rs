@@ -12,6 +12,7 @@
 
 mod cluster;
 mod profile;
+mod tune;
 
 use anyhow::Result;
 use dlas_backends::Session;
@@ -46,26 +47,11 @@ pub enum Command {
         #[arg(long, default_value_t = 2, value_parser = super::bounds::threads)]
         threads: usize,
     },
-    /// Tuned against untuned native engine, per layer and per network, and
-    /// against ONNX Runtime (ResNet-18 CIFAR-10, MobileNetV2 ImageNet), with
-    /// the search time, and the task scheduler's split of the budget
-    /// against an equal split of it, in one run.
-    Tune {
-        /// Candidates per layer on average.
-        #[arg(long, default_value_t = 200)]
-        trials: usize,
-        /// Stop a layer after this many candidates without improvement.
-        #[arg(long, default_value_t = 50)]
-        early_stop: usize,
-        /// Timed runs of each whole network.
-        #[arg(long, default_value_t = 20, value_parser = super::bounds::runs)]
-        runs: usize,
-        #[arg(long, default_value_t = 2, value_parser = super::bounds::threads)]
-        threads: usize,
-        /// Keep the records here (default: a fresh search in a temporary directory).
-        #[arg(long)]
-        records: Option<std::path::PathBuf>,
-    },
+    /// Tuned against untuned native engine, network by network (every
+    /// network of the DLAS study by default) under direct, GEMM, spatial
+    /// pack and NCHW16c, each ratio with its 95% interval, the search time,
+    /// and each configuration's geometric mean against the tuner's target.
+    Tune(tune::Args),
     /// Where a network's time goes: the native engine's steps and ONNX
     /// Runtime's nodes (its own profiler, all optimizations), timed in
     /// alternating rounds, summed by output map and by kind.
@@ -94,22 +80,7 @@ pub fn run(project: &crate::project::Project, command: &Command) -> Result<ExitC
             budget_s,
             threads,
         } => engine(project, *runs, Duration::from_secs(*budget_s), *threads),
-        Command::Tune {
-            trials,
-            early_stop,
-            runs,
-            threads,
-            records,
-        } => super::tune::bench(
-            project,
-            dlas_tune::Budget {
-                trials: *trials,
-                early_stop: *early_stop,
-            },
-            *runs,
-            *threads,
-            records.clone(),
-        ),
+        Command::Tune(args) => tune::run(project, args),
         Command::Cluster(args) => cluster::run(project, args),
         Command::Profile(args) => profile::run(project, args),
         Command::Harness { runs } => {

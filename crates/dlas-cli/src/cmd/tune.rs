@@ -1,20 +1,18 @@
 //! `dlas tune`: search the schedules of a study's tuned native
 //! combinations on this machine, and tune its tuned TVM combinations'
-//! networks with MetaSchedule; and `dlas bench tune`, what the native
-//! tuner buys.
+//! networks with MetaSchedule (`dlas bench tune`, what the native tuner
+//! buys, is `cmd::bench::tune`).
 
 use crate::project::{HOST, Project};
 use anyhow::{Result, bail};
-use dlas_core::{Algorithm, Combination, Dataset, Filter, Plan};
-use dlas_runner::timing::{Protocol, measure};
-use dlas_runner::tuning::{self, TuneConfig, Tuned};
+use dlas_core::{Combination, Filter, Plan};
+use dlas_runner::tuning::{self, TuneConfig};
 use dlas_runner::tvm_tuning;
 use dlas_tune::allocate::Split;
 use dlas_tune::{Budget, Timer};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -249,144 +247,4 @@ fn tune_tvm(
         dir.join("tuning/tvm").display()
     );
     Ok(())
-}
-
-/// Rounds the untuned and tuned networks alternate in.
-const ROUNDS: usize = 5;
-
-/// `dlas bench tune`: per network and algorithm, tuned against untuned
-/// (per layer, from the search, and whole network) and against ONNX
-/// Runtime, all measured in this run, with the search time it took; and
-/// the task scheduler's split of the budget against an equal split of the
-/// same budget, each searched from scratch, the three engines timed in
-/// alternating rounds.
-pub fn bench(
-    project: &Project,
-    budget: Budget,
-    runs: usize,
-    threads: usize,
-    records: Option<PathBuf>,
-) -> Result<ExitCode> {
-    let specs = project.specs()?;
-    let study = project.study("dlas", &specs)?;
-    let library = dlas_backends::ort_runtime::library_path(&project.root);
-    dlas_backends::ort_runtime::init(&library)?;
-    let scratch = tempfile::tempdir()?;
-    let records = records.unwrap_or_else(|| scratch.path().join("records.jsonl"));
-    let best = records.with_extension("best.json");
-    let equal_records = records.with_extension("equal.jsonl");
-    let equal_best = records.with_extension("equal.best.json");
-    let mut models = dlas_runner::models::Models::new(&project.root)?;
-    let protocol = Protocol {
-        warmup: 3,
-        runs,
-        timeout: Duration::from_secs(600),
-    };
-    let median = |s: Vec<f64>| dlas_core::Summary::from_samples(&s).map_or(f64::NAN, |s| s.median);
-    dlas_core::outln!(
-        "network,algorithm,layers,trials,search_s,layer_speedup_mean,layer_speedup_max,search_vs_confirmed_mean,untuned_ms,tuned_ms,tuned_vs_untuned,equal_split_ms,equal_split_vs_untuned,equal_split_over_scheduler,ort_opt_ms,tuned_vs_ort"
-    );
-    let mut summary = Vec::new();
-    let mut shares = Vec::new();
-    for (dataset, model) in [
-        (Dataset::Cifar10, "resnet18"),
-        (Dataset::Imagenet, "mobilenetv2"),
-    ] {
-        let combination = |compiler: &str, algorithm: Algorithm, tuned: bool| Combination {
-            algorithm,
-            tuned,
-            ..Combination::host(dataset, model, compiler)
-        };
-        let reference = combination("ort-opt", Algorithm::Auto, false);
-        let path = models.path(&study, &reference)?;
-        let input = dlas_runner::models::input(&reference, study.protocol.seed);
-        let [c, h, w] = dataset.input_chw();
-        let session = dlas_backends::SessionConfig {
-            input_shape: [1, c, h, w],
-            threads,
-            half_io: false,
-            tvm: None,
-        };
-        let ort = median(measure(
-            dlas_backends::load("ort-opt", &path, &session)?.as_mut(),
-            &input,
-            protocol,
-        )?);
-        for algorithm in [Algorithm::Direct, Algorithm::Gemm, Algorithm::SpatialPack] {
-            let tuned_c = combination(dlas_core::NATIVE, algorithm, true);
-            let config = TuneConfig {
-                project_root: project.root.clone(),
-                records: records.clone(),
-                best: best.clone(),
-                threads,
-                budget,
-                timer: Timer::default(),
-                seed: study.protocol.seed,
-                split: Split::ByShare,
-            };
-            let started = Instant::now();
-            let report = tuning::tune_host(&study, std::slice::from_ref(&tuned_c), &config)?;
-            let search_s = started.elapsed().as_secs_f64();
-            let equal = TuneConfig {
-                records: equal_records.clone(),
-                best: equal_best.clone(),
-                split: Split::Equal,
-                ..config
-            };
-            tuning::tune_host(&study, std::slice::from_ref(&tuned_c), &equal)?;
-            let untuned_c = combination(dlas_core::NATIVE, algorithm, false);
-            let load = |c: &Combination, t: Option<&Tuned>| {
-                dlas_runner::native::load(&path, c, threads, t)
-            };
-            let mut engines = [
-                load(&untuned_c, None)?,
-                load(&tuned_c, Some(&Tuned::load(&best, false)?))?,
-                load(&tuned_c, Some(&Tuned::load(&equal_best, false)?))?,
-            ];
-            // Interleaved rounds, so drifting load on the machine falls on
-            // every engine alike.
-            let round = Protocol {
-                runs: runs.div_ceil(ROUNDS),
-                ..protocol
-            };
-            let mut samples = [Vec::new(), Vec::new(), Vec::new()];
-            for _ in 0..ROUNDS {
-                for (engine, s) in engines.iter_mut().zip(&mut samples) {
-                    s.extend(measure(engine.as_mut(), &input, round)?);
-                }
-            }
-            let [a, b, e] = samples;
-            let (untuned_ms, tuned_ms, equal_ms) = (median(a), median(b), median(e));
-            let s = &report.speedups;
-            let mean = s.iter().sum::<f64>() / s.len().max(1) as f64;
-            let max = s.iter().copied().fold(f64::NAN, f64::max);
-            // Below 1: the search's best understated the kept schedule's
-            // cost (the winner's curse that confirmation removes).
-            let curse = report.curse.iter().sum::<f64>() / report.curse.len().max(1) as f64;
-            let trials = report.trials;
-            dlas_core::outln!(
-                "{dataset}/{model},{algorithm},{},{trials},{search_s:.1},{mean:.2},{max:.2},{curse:.3},{untuned_ms:.3},{tuned_ms:.3},{:.2},{equal_ms:.3},{:.2},{:.3},{ort:.3},{:.2}",
-                report.tasks,
-                untuned_ms / tuned_ms,
-                untuned_ms / equal_ms,
-                equal_ms / tuned_ms,
-                tuned_ms / ort
-            );
-            summary.push(mean);
-            shares.push(equal_ms / tuned_ms);
-        }
-    }
-    dlas_core::errln!(
-        "per-layer speedup of tuning, mean over networks and algorithms: {:.2}x (aim: 1.5x); trials {} per layer on average (spread by the task scheduler), early stop {}",
-        summary.iter().sum::<f64>() / summary.len().max(1) as f64,
-        budget.trials,
-        budget.early_stop
-    );
-    let geomean =
-        (shares.iter().map(|r: &f64| r.ln()).sum::<f64>() / shares.len().max(1) as f64).exp();
-    dlas_core::errln!(
-        "equal split over the task scheduler's, network time at the same budget: geometric mean {geomean:.3}x over {} networks and algorithms (above 1: the scheduler's engines are faster)",
-        shares.len()
-    );
-    Ok(ExitCode::SUCCESS)
 }

@@ -17,19 +17,19 @@
 //! with only their inside taps, and rows at the top and bottom with only
 //! their inside rows of taps, so no padded copy of the input is made.
 //! Tiles are balanced over each run of pixels (14 as 5, 5, 4; 7 as 4, 3).
-//! Tasks are (row piece, output block); where the layer's weights
-//! outweigh its input a task's consecutive tasks share an output block
-//! (its weights stay in L2 while the input streams), else a row piece.
+//! A task is the schedule's output blocks by its output rows
+//! ([`BlockedSchedule`]; a flattened layer's rows are one piece of the
+//! flat row), block by block; where the layer's weights outweigh its
+//! input, consecutive tasks share output blocks (their weights stay in L2
+//! while the input streams), else rows.
 //! Bias, residual and a clamping activation are applied before the store;
 //! SiLU and sigmoid over a task's stored values.
 
 use super::{BLOCK, V16, block_width, clamp_of, finish, interior, smooth, taps_inside};
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::Isa;
+use crate::schedule::BlockedSchedule;
 use crate::workload::Workload;
-
-/// Pixels of a flattened 1x1 layer's row piece (a task): 8 AVX2 tiles.
-const PIECE: usize = 48;
 
 #[derive(Debug, Clone)]
 pub(crate) struct BlockedConv {
@@ -43,8 +43,10 @@ pub(crate) struct BlockedConv {
     g: Geometry,
     /// Row pieces (output row, first and end column).
     pieces: Vec<(usize, usize, usize)>,
-    /// Tasks take consecutive output blocks of one piece (`false`) or
-    /// consecutive pieces of one output block (`true`).
+    /// Output blocks and pieces of a task.
+    task: (usize, usize),
+    /// Consecutive tasks take consecutive output blocks of the same pieces
+    /// (`false`) or consecutive pieces of the same output blocks (`true`).
     weight_major: bool,
 }
 
@@ -84,8 +86,9 @@ impl BlockedConv {
         &self.w
     }
 
-    /// `weights` is (out, in, k, k) row-major; the layer has one group.
-    pub fn new(w: Workload, weights: &[f32], isa: Isa) -> BlockedConv {
+    /// `weights` is (out, in, k, k) row-major; the layer has one group;
+    /// `schedule` is valid for `w`.
+    pub fn new(w: Workload, schedule: BlockedSchedule, weights: &[f32], isa: Isa) -> BlockedConv {
         debug_assert_eq!(w.groups, 1);
         let (cin, cout, kk) = (w.in_channels, w.out_channels, w.kernel * w.kernel);
         let per_block = cin * kk * BLOCK;
@@ -122,7 +125,13 @@ impl BlockedConv {
                 out_w: w.out_w,
             }
         };
-        let piece = if flat { PIECE } else { g.out_w };
+        // A flattened layer's task is one piece of `rows` map rows; any
+        // other layer's is `rows` pieces of one row each.
+        let (piece, per_task) = if flat {
+            (schedule.rows * w.out_w, 1)
+        } else {
+            (g.out_w, schedule.rows)
+        };
         let pieces = (0..g.out_h)
             .flat_map(|oy| {
                 (0..g.out_w)
@@ -136,6 +145,7 @@ impl BlockedConv {
             isa,
             g,
             pieces,
+            task: (schedule.blocks.min(blocks), per_task),
             weight_major: blocks * per_block > w.in_len(),
         }
     }
@@ -143,24 +153,29 @@ impl BlockedConv {
     /// One NCHW16c sample.
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
         debug_assert!(input.len() >= self.w.in_len() && out.len() >= self.w.out_len());
-        let blocks = self.w.out_channels.div_ceil(BLOCK);
-        let pieces = self.pieces.len();
+        let (blocks, pieces) = (self.w.out_channels.div_ceil(BLOCK), self.pieces.len());
+        let (per_block, per_piece) = self.task;
+        let (block_tasks, piece_tasks) = (blocks.div_ceil(per_block), pieces.div_ceil(per_piece));
         let plane = self.g.out_h * self.g.out_w;
         let out = SyncPtr::new(out);
-        crate::awake::for_each(blocks * pieces, |t| {
-            let (piece, ob) = if self.weight_major {
-                (t % pieces, t / pieces)
+        crate::awake::for_each(block_tasks * piece_tasks, |t| {
+            let (pt, bt) = if self.weight_major {
+                (t % piece_tasks, t / piece_tasks)
             } else {
-                (t / blocks, t % blocks)
+                (t / block_tasks, t % block_tasks)
             };
-            let at = ob * BLOCK * plane;
-            let dst = Dst {
-                out: out.get().wrapping_add(at),
-                residual: residual.map_or(std::ptr::null(), |r| r.as_ptr().wrapping_add(at)),
-            };
-            // SAFETY: task (piece, block) alone writes that piece's pixels
-            // of that block, inside `out`.
-            unsafe { self.piece(input, dst, epi, self.pieces[piece], ob) }
+            for ob in bt * per_block..((bt + 1) * per_block).min(blocks) {
+                let at = ob * BLOCK * plane;
+                let dst = Dst {
+                    out: out.get().wrapping_add(at),
+                    residual: residual.map_or(std::ptr::null(), |r| r.as_ptr().wrapping_add(at)),
+                };
+                for piece in &self.pieces[pt * per_piece..((pt + 1) * per_piece).min(pieces)] {
+                    // SAFETY: this task alone writes its pieces' pixels of
+                    // its blocks, inside `out`.
+                    unsafe { self.piece(input, dst, epi, *piece, ob) }
+                }
+            }
         });
     }
 

@@ -1,7 +1,8 @@
 //! The depthwise stencil in NCHW16c: each output pixel of a block is its
 //! taps' input pixels times the taps' 16 weights, summed, one 16-lane
 //! vector per pixel (a tap is one load, wherever the pixel is, whatever
-//! the stride). Tasks are (block, output row); four pixels of a row run
+//! the stride). A task is the schedule's blocks by its output rows
+//! ([`BlockedSchedule`]), block by block; four pixels of a row run
 //! together, so each tap's weights are loaded once for four (8 of AVX2's
 //! 16 registers accumulate). Edge pixels run one at a time with only
 //! their inside taps, rows at the top and bottom with only their inside
@@ -11,6 +12,7 @@
 use super::{BLOCK, V16, block_width, clamp_of, finish, interior, smooth, taps_inside};
 use crate::epilogue::{Epilogue, SyncPtr};
 use crate::isa::Isa;
+use crate::schedule::BlockedSchedule;
 use crate::workload::Workload;
 
 /// Pixels computed together.
@@ -22,11 +24,17 @@ pub(crate) struct BlockedDepthwise {
     /// `[block][ky][kx][16]`, lanes past the block's channels zero.
     weights: Vec<f32>,
     isa: Isa,
+    schedule: BlockedSchedule,
 }
 
 impl BlockedDepthwise {
-    /// `weights` is (channels, 1, k, k).
-    pub fn new(w: Workload, weights: &[f32], isa: Isa) -> BlockedDepthwise {
+    /// `weights` is (channels, 1, k, k); `schedule` is valid for `w`.
+    pub fn new(
+        w: Workload,
+        schedule: BlockedSchedule,
+        weights: &[f32],
+        isa: Isa,
+    ) -> BlockedDepthwise {
         debug_assert!(w.is_depthwise());
         let (c, kk) = (w.out_channels, w.kernel * w.kernel);
         let mut packed = vec![0.0; c.div_ceil(BLOCK) * kk * BLOCK];
@@ -39,6 +47,7 @@ impl BlockedDepthwise {
             w,
             weights: packed,
             isa,
+            schedule,
         }
     }
 
@@ -49,18 +58,29 @@ impl BlockedDepthwise {
     /// One NCHW16c sample.
     pub fn run(&self, input: &[f32], out: &mut [f32], epi: &Epilogue, residual: Option<&[f32]>) {
         debug_assert!(input.len() >= self.w.in_len() && out.len() >= self.w.out_len());
-        let rows = self.w.out_h;
+        let (rows, blocks) = (self.w.out_h, self.w.out_channels.div_ceil(BLOCK));
+        let BlockedSchedule {
+            blocks: per_block,
+            rows: per_row,
+        } = self.schedule;
+        let row_tasks = rows.div_ceil(per_row);
         let out = SyncPtr::new(out);
         let in_plane = self.w.in_h * self.w.in_w;
-        crate::awake::for_each(self.w.out_channels.div_ceil(BLOCK) * rows, |t| {
-            let (b, oy) = (t / rows, t % rows);
-            if block_width(self.w.out_channels, b) < BLOCK {
-                return self.row_scalar(input, out, epi, residual, (b, oy));
+        crate::awake::for_each(blocks.div_ceil(per_block) * row_tasks, |t| {
+            let (bt, rt) = (t / row_tasks, t % row_tasks);
+            let task_rows = rt * per_row..((rt + 1) * per_row).min(rows);
+            for b in bt * per_block..((bt + 1) * per_block).min(blocks) {
+                if block_width(self.w.out_channels, b) < BLOCK {
+                    for oy in task_rows.clone() {
+                        self.row_scalar(input, out, epi, residual, (b, oy));
+                    }
+                    continue;
+                }
+                let src = input.as_ptr().wrapping_add(b * BLOCK * in_plane);
+                // SAFETY: this task alone writes its rows of its blocks;
+                // `src` is block b's plane.
+                unsafe { self.rows_from(src, (b, task_rows.clone()), out, epi, residual) }
             }
-            let src = input.as_ptr().wrapping_add(b * BLOCK * in_plane);
-            // SAFETY: task (b, oy) alone writes row oy of block b; `src`
-            // is block b's plane.
-            unsafe { self.rows_from(src, (b, oy..oy + 1), out, epi, residual) }
         });
     }
 

@@ -78,6 +78,7 @@ mod tests {
     use crate::epilogue::Activation;
     use crate::isa::Isa;
     use crate::testing;
+    use crate::untuned::default_blocked;
     use crate::workload::Workload;
     use proptest::prelude::*;
 
@@ -103,8 +104,8 @@ mod tests {
             let epi = |n: usize, act| Epilogue { bias: testing::weights(&Workload::new(1, n, 1, 1, 0, 1, 1, 1), seed ^ 2), act };
             let (ee, de) = (epi(c, Activation::Relu6), epi(c, Activation::Silu));
             for isa in Isa::available() {
-                let expand = BlockedConv::new(e, &testing::weights(&e, seed), isa);
-                let dw = BlockedDepthwise::new(d, &testing::weights(&d, seed ^ 3), isa);
+                let expand = BlockedConv::new(e, default_blocked(&e), &testing::weights(&e, seed), isa);
+                let dw = BlockedDepthwise::new(d, default_blocked(&d), &testing::weights(&d, seed ^ 3), isa);
                 prop_assert!(fuses(&expand, &dw));
                 let mut mid = vec![0.0; e.out_len()];
                 let mut want = vec![0.0; d.out_len()];

@@ -29,6 +29,11 @@ pub struct Args {
     runs: usize,
     #[arg(long, default_value_t = 2, value_parser = crate::cmd::bounds::threads)]
     threads: usize,
+    /// Profile the engine with the tuned schedules of this best-of file
+    /// (`dlas tune`, `dlas bench tune --records`; layers it lacks keep
+    /// their default) instead of the untuned one.
+    #[arg(long)]
+    tuning: Option<std::path::PathBuf>,
 }
 
 pub fn run(project: &crate::project::Project, args: &Args) -> Result<ExitCode> {
@@ -54,20 +59,32 @@ pub fn run(project: &crate::project::Project, args: &Args) -> Result<ExitCode> {
             .expect("template"),
     );
     bar.set_message(format!("{}/{}", args.dataset, args.model));
-    let profile =
-        dlas_runner::profile::profile(&path, &native, &input, (args.runs, args.threads), || {
-            bar.inc(1)
-        })?;
+    let tuned = (args.tuning.as_deref())
+        .map(|t| dlas_runner::tuning::Tuned::load(t, false))
+        .transpose()?;
+    let profile = dlas_runner::profile::profile(
+        &path,
+        (&native, tuned.as_ref()),
+        &input,
+        (args.runs, args.threads),
+        || bar.inc(1),
+    )?;
     bar.finish_and_clear();
     let (a, b) = (&profile.native, &profile.ort);
     dlas_core::outln!(
-        "# {}/{} batch 1, {} thread(s), {} timed runs each, medians: native {} {} (default schedules) against ONNX Runtime {} (all optimizations)",
+        "# {}/{} batch 1, {} thread(s), {} timed runs each, medians: native {} {} ({}) against ONNX Runtime {} (all optimizations)",
         args.dataset,
         args.model,
         args.threads,
         profile.runs,
         args.algorithm,
         args.layout,
+        args.tuning
+            .as_ref()
+            .map_or("default schedules".to_string(), |t| format!(
+                "tuned schedules from {}",
+                t.display()
+            )),
         dlas_backends::ort_runtime::VERSION
     );
     dlas_core::outln!("input_map,native_ms,native_steps,ort_ms,ort_nodes,native_over_ort");
