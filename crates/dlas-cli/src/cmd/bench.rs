@@ -192,7 +192,7 @@ fn engine(
     threads: usize,
 ) -> Result<ExitCode> {
     use dlas_core::{Algorithm, Combination, Compression, Dataset};
-    use dlas_runner::rounds::{Adaptive, NearState, Outcome, Slot};
+    use dlas_runner::rounds::{Adaptive, NearState, Slot};
     let specs = project.specs()?;
     let dlas = project.study("dlas", &specs)?;
     let compilers = project.study("compilers", &specs)?;
@@ -322,46 +322,14 @@ fn engine(
                 dlas_runner::native::load(&path, &c, threads, None)?,
             );
         }
-        let mut summaries = vec![None; names.len()];
-        // The core-to-core round trip around each configuration's bursts:
-        // on a VM whose vCPUs move between cores that share a cache and
-        // cores that do not, it says which the configuration mostly saw.
-        let mut round_trips = vec![None; names.len()];
-        // A network takes up to `budget` per configuration: show which
-        // one is being timed and how many have stopped.
-        let bar = indicatif::ProgressBar::new(names.len() as u64).with_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg} [{bar:30}] {pos}/{len} configurations stopped, {elapsed}",
-            )
-            .expect("template"),
-        );
-        bar.set_message(format!("{dataset}/{model}"));
-        dlas_runner::rounds::measure(
+        let label = format!("{dataset}/{model}");
+        let (summaries, round_trips) = time_configurations(
             slots,
+            &names,
             (&protocol, study.protocol.seed),
-            (&mut near, None),
-            |i, outcome| {
-                match outcome {
-                    Outcome::Measured {
-                        samples,
-                        conditions,
-                        ..
-                    } => {
-                        summaries[i] = Summary::from_samples(&samples);
-                        round_trips[i] = conditions.round_trip_ns_median;
-                    }
-                    Outcome::Failed(e) => anyhow::bail!("{dataset}/{model} {}: {e}", names[i]),
-                }
-                bar.inc(1);
-                Ok(())
-            },
-            |_| {},
+            &mut near,
+            &label,
         )?;
-        bar.finish_and_clear();
-        let summaries: Vec<Summary> = summaries
-            .into_iter()
-            .map(|s| s.ok_or_else(|| anyhow::anyhow!("{dataset}/{model}: a non-finite time")))
-            .collect::<Result<_>>()?;
         let (ort, tract, openvino) = (&summaries[0], &summaries[1], &summaries[2]);
         for ((name, t), trip) in names.iter().zip(&summaries).zip(&round_trips) {
             let (ratio, low, high) = ratio(t, ort);
@@ -409,6 +377,60 @@ fn engine(
         dlas_core::outln!("{v}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Times one network's configurations (`slots`, named `names`) as the
+/// campaigns time rows (`dlas_runner::rounds`), with a progress bar
+/// labelled `label`: each one's summary, and the core-to-core round trip
+/// around its bursts (on a VM whose vCPUs move between cores that share a
+/// cache and cores that do not, it says which state the configuration
+/// mostly saw).
+fn time_configurations(
+    slots: Vec<dlas_runner::rounds::Slot>,
+    names: &[String],
+    protocol: (&dlas_runner::rounds::Adaptive, u64),
+    near: &mut dlas_runner::rounds::NearState,
+    label: &str,
+) -> Result<(Vec<Summary>, Vec<Option<f64>>)> {
+    use dlas_runner::rounds::Outcome;
+    let mut summaries = vec![None; names.len()];
+    let mut round_trips = vec![None; names.len()];
+    // A network takes up to its budget per configuration: show which one
+    // is being timed and how many have stopped.
+    let bar = indicatif::ProgressBar::new(names.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {pos}/{len} configurations stopped, {elapsed}",
+        )
+        .expect("template"),
+    );
+    bar.set_message(label.to_string());
+    dlas_runner::rounds::measure(
+        slots,
+        protocol,
+        (near, None),
+        |i, outcome| {
+            match outcome {
+                Outcome::Measured {
+                    samples,
+                    conditions,
+                    ..
+                } => {
+                    summaries[i] = Summary::from_samples(&samples);
+                    round_trips[i] = conditions.round_trip_ns_median;
+                }
+                Outcome::Failed(e) => anyhow::bail!("{label} {}: {e}", names[i]),
+            }
+            bar.inc(1);
+            Ok(())
+        },
+        |_| {},
+    )?;
+    bar.finish_and_clear();
+    let summaries = summaries
+        .into_iter()
+        .map(|s| s.ok_or_else(|| anyhow::anyhow!("{label}: a non-finite time")))
+        .collect::<Result<_>>()?;
+    Ok((summaries, round_trips))
 }
 
 /// The CNNs' geometric mean of the best native time over ONNX Runtime's

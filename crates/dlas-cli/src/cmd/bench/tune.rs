@@ -12,10 +12,10 @@
 //! budget split equally over its layers and timed beside the task
 //! scheduler's split.
 
-use super::{apart, geometric_mean, ratio, verdict};
+use super::{apart, geometric_mean, ratio, time_configurations, verdict};
 use anyhow::Result;
-use dlas_core::{Algorithm, Combination, Dataset, Layout, Summary};
-use dlas_runner::rounds::{Adaptive, NearState, Outcome, Slot};
+use dlas_core::{Algorithm, Combination, Dataset, Layout};
+use dlas_runner::rounds::{Adaptive, NearState, Slot};
 use dlas_runner::tuning::{self, TuneConfig, TuneReport, Tuned};
 use dlas_tune::allocate::Split;
 use dlas_tune::{Budget, Timer};
@@ -197,41 +197,14 @@ pub fn run(project: &crate::project::Project, args: &Args) -> Result<ExitCode> {
             }
             searches.push((i, report, seconds));
         }
-        let mut summaries = vec![None; names.len()];
-        let mut trips = vec![None; names.len()];
-        let bar = indicatif::ProgressBar::new(names.len() as u64).with_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg} [{bar:30}] {pos}/{len} configurations stopped, {elapsed}",
-            )
-            .expect("template"),
-        );
-        bar.set_message(format!("{dataset}/{model}"));
-        dlas_runner::rounds::measure(
+        let label = format!("{dataset}/{model}");
+        let (summaries, trips) = time_configurations(
             slots,
+            &names,
             (&protocol, study.protocol.seed),
-            (&mut near, None),
-            |i, outcome| {
-                match outcome {
-                    Outcome::Measured {
-                        samples,
-                        conditions,
-                        ..
-                    } => {
-                        summaries[i] = Summary::from_samples(&samples);
-                        trips[i] = conditions.round_trip_ns_median;
-                    }
-                    Outcome::Failed(e) => anyhow::bail!("{dataset}/{model} {}: {e}", names[i]),
-                }
-                bar.inc(1);
-                Ok(())
-            },
-            |_| {},
+            &mut near,
+            &label,
         )?;
-        bar.finish_and_clear();
-        let summaries: Vec<Summary> = summaries
-            .into_iter()
-            .map(|s| s.ok_or_else(|| anyhow::anyhow!("{dataset}/{model}: a non-finite time")))
-            .collect::<Result<_>>()?;
         let per = if args.equal_split { 3 } else { 2 };
         for (i, report, seconds) in searches {
             let at = 1 + i * per;
