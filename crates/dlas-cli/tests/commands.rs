@@ -230,6 +230,17 @@ fn harness_overhead_is_under_budget() {
     );
 }
 
+/// The comma-separated rows of the table whose header line starts with
+/// `header`, up to the first blank line.
+fn csv_rows_after<'a>(out: &'a str, header: &str) -> Vec<Vec<&'a str>> {
+    out.lines()
+        .skip_while(|l| !l.starts_with(header))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split(',').collect())
+        .collect()
+}
+
 /// `dlas bench profile` sets the engine's steps beside ONNX Runtime's
 /// nodes: on ResNet-18 CIFAR-10 each of its maps has steps on both sides,
 /// the `all` row sums the maps, and every listed step has a time.
@@ -252,13 +263,7 @@ fn a_profile_sets_the_engines_steps_beside_onnx_runtimes_nodes() {
         "1",
         "--steps",
     ]);
-    let rows: Vec<Vec<&str>> = out
-        .lines()
-        .skip_while(|l| !l.starts_with("input_map,"))
-        .skip(1)
-        .take_while(|l| !l.is_empty())
-        .map(|l| l.split(',').collect())
-        .collect();
+    let rows = csv_rows_after(&out, "input_map,");
     let maps: Vec<&str> = rows.iter().map(|r| r[0]).collect();
     assert_eq!(
         maps,
@@ -320,12 +325,7 @@ fn a_tuning_bench_decides_each_configuration_with_its_interval() {
         "--budget-s",
         "1",
     ]);
-    let rows: Vec<Vec<&str>> = out
-        .lines()
-        .skip(1)
-        .take_while(|l| !l.is_empty())
-        .map(|l| l.split(',').collect())
-        .collect();
+    let rows = csv_rows_after(&out, "network,");
     let configs: Vec<&str> = rows.iter().map(|r| r[1]).collect();
     assert_eq!(
         configs,
